@@ -1,0 +1,37 @@
+# Quick start:  make serve   (installs, builds the images it needs, serves on :8080)
+#               make test    (installs, builds the images, runs the whole suite)
+PYTHON ?= python3
+VENV   ?= .venv
+LANGS  ?=
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.installed
+
+.PHONY: install images images-list serve test test-unit clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Builds the Debian trixie root (pulled, or bootstrapped when no registry answers), the
+# base image and each language image, then smoke-tests them. Cached: reruns are quick.
+images: $(STAMP)
+	$(PY) -m sandbox images build $(LANGS)
+
+images-list: $(STAMP)
+	$(PY) -m sandbox images list
+
+serve: images
+	$(PY) -m sandbox serve
+
+test: images
+	$(PY) -m pytest
+
+test-unit: $(STAMP)
+	$(PY) -m pytest tests/unit
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,43 @@
+"""``sandbox serve | images build [LANG...] | images list`` (also ``python -m sandbox``)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .config import get_settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sandbox", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host", help="bind address (default SANDBOX_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default SANDBOX_PORT or 8080)")
+    images = sub.add_parser("images", help="build or list the language images")
+    images_sub = images.add_subparsers(dest="images_command", required=True)
+    build = images_sub.add_parser("build", help="build the base and language images")
+    build.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    images_sub.add_parser("list", help="show each language's image and toolchain version")
+    args = parser.parse_args(argv)
+    settings = get_settings()
+
+    if args.command == "serve":
+        import uvicorn
+
+        from .api import create_app
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvicorn.run(create_app(settings), host=args.host or settings.host,
+                    port=args.port or settings.port, log_level="info")
+        return 0
+    from .images import build_images, list_images
+
+    if args.images_command == "build":
+        return build_images(args.languages or None, settings)
+    return list_images(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Every server setting, declared once with its default; read from ``SANDBOX_*`` variables."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MiB = 1024 * 1024
+
+
+def _default_concurrency() -> int:
+    # Each container gets one CPU; starting one through dockerd costs ~0.25 s of CPU too.
+    # Twice the cores keeps the CPUs busy without an unbounded pile-up (the rest queue).
+    return max(2, 2 * (os.cpu_count() or 1))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SANDBOX_", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
+    port: int = Field(8080, description="Port the HTTP server listens on.")
+    runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).")
+
+    max_concurrency: int = Field(
+        default_factory=_default_concurrency, ge=1,
+        description="Containers running at once; further requests wait in a queue.")
+    max_memory_mb: int = Field(
+        4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
+    max_timeout_s: float = Field(
+        120.0, gt=0, description="Ceiling on compile_timeout and run_timeout (seconds).")
+    cpus: float = Field(1.0, gt=0, description="CPUs each sandbox may use (cgroup quota).")
+    pids_limit: int = Field(256, ge=8, description="Processes and threads per sandbox.")
+    workdir_size_mb: int = Field(
+        256, ge=1,
+        description="Size cap of the writable work directory /sandbox (and of /tmp). "
+                    "tmpfs pages count against the memory cap, so it is also bounded by it.")
+    output_limit_bytes: int = Field(
+        8 * MiB, ge=1024,
+        description="Per-stream cap on stdout/stderr; a program that passes it is stopped.")
+    max_request_files_bytes: int = Field(
+        64 * MiB, ge=0, description="Total decoded size of `files` a request may send.")
+    max_fetch_bytes: int = Field(
+        64 * MiB, ge=0, description="Total size of `fetch_files` returned per request.")
+    network: bool = Field(False, description="Give sandboxes a network. Leave off.")
+    instance: str = Field(
+        "default",
+        description="Name of this server among those sharing one Docker daemon; at start-up "
+                    "it removes containers a previous server of the same name left behind.")
+    docker_stop_grace_s: float = Field(
+        5.0, ge=0, description="Extra seconds a Docker call may take before it is abandoned.")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

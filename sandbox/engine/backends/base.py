@@ -1,0 +1,59 @@
+"""The backend contract: open a fresh sandbox, put files in, execute steps, read files out.
+
+Error tree (what the engine catches; backend-library errors never cross this boundary)::
+
+    BackendError              the sandbox machinery failed; the program is not to blame
+    +-- SandboxUnavailable    the container runtime cannot be reached right now
+    +-- ImageMissing          a language image has not been built
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol, Sequence
+
+from ..models import Limits, StepResult
+
+WORKDIR = "/sandbox"
+SANDBOX_UID = 65534  # "nobody": no home, no privileges, owns only the work directory
+
+
+class BackendError(RuntimeError):
+    pass
+
+
+class SandboxUnavailable(BackendError):
+    pass
+
+
+class ImageMissing(BackendError):
+    def __init__(self, image: str) -> None:
+        self.image = image
+        super().__init__(f"image {image} is not built; run `make images` on the server host")
+
+
+class Sandbox(Protocol):
+    """One fresh, single-use container. Closed (and destroyed) by the context manager that made it."""
+
+    id: str
+
+    async def write_files(self, files: dict[str, bytes]) -> None: ...
+
+    async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                      output_limit: int) -> StepResult: ...
+
+    async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]: ...
+
+    async def peak_memory_bytes(self) -> int | None: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def open(self, image: str, limits: Limits) -> AbstractAsyncContextManager[Sandbox]: ...
+
+    async def remove_leftovers(self) -> int: ...
+
+    async def missing_images(self, images: Sequence[str]) -> list[str]: ...
+
+    async def close(self) -> None: ...

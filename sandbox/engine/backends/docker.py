@@ -1,0 +1,326 @@
+"""The Docker backend: one fresh container per job, steps run with ``exec``.
+
+Every call into docker-py blocks, so each runs in this backend's own thread pool; the
+event loop never waits on the daemon. Each step's deadline is kept by the thread that
+pumps its output: at the deadline it closes the stream and kills the whole container
+(closing first matters: a kill can stall while an attach stream is left unread).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import select
+import socket
+import struct
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import AsyncIterator, Callable, Sequence, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+from docker.types import LogConfig, Ulimit
+
+from ..models import Limits, StepResult, StepStatus
+from ..output import CappedBuffer
+from .. import tarball
+from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+LABEL_MANAGED = "llm-sandbox.managed"
+LABEL_INSTANCE = "llm-sandbox.instance"
+FILE_TRANSFER_TIMEOUT_S = 60.0
+_DAEMON_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
+
+
+def exit_code_from_docker(code: int) -> int:
+    """Docker reports a process killed by signal N as 128+N; the wire wants -N (as Python does)."""
+    if 128 < code <= 128 + 64:
+        return -(code - 128)
+    return code
+
+
+class FrameDemuxer:
+    """Splits Docker's multiplexed attach stream (8-byte header: stream id, 3 pad, u32 size)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        self._buf += data
+        frames = []
+        while len(self._buf) >= 8:
+            stream, size = self._buf[0], struct.unpack(">I", self._buf[4:8])[0]
+            if len(self._buf) < 8 + size:
+                break
+            frames.append((stream, bytes(self._buf[8:8 + size])))
+            del self._buf[:8 + size]
+        return frames
+
+
+class DockerSandbox:
+    def __init__(self, backend: "DockerBackend", container_id: str, limits: Limits) -> None:
+        self._backend = backend
+        self.id = container_id
+        self._limits = limits
+
+    @property
+    def _api(self) -> docker.APIClient:
+        return self._backend.api
+
+    async def write_files(self, files: dict[str, bytes]) -> None:
+        if not files:
+            return
+        result = await self.execute(["tar", "-x", "-f", "-", "-C", WORKDIR, "--no-same-owner"],
+                                    tarball.pack(files), FILE_TRANSFER_TIMEOUT_S, 1 << 20)
+        if not result.ok:
+            detail = result.error or result.stderr.decode(errors="replace").strip()
+            raise BackendError(f"could not write files into the sandbox: {detail}")
+
+    async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]:
+        if not paths:
+            return {}
+        names = b"".join(p.encode() + b"\0" for p in paths)
+        # --no-recursion: a folder name yields nothing; tar never follows symlinks without -h.
+        result = await self.execute(
+            ["tar", "-c", "-f", "-", "-C", WORKDIR, "--no-recursion", "--null", "-T", "-"],
+            names, FILE_TRANSFER_TIMEOUT_S, limit_bytes + (1 << 20))
+        if result.status is StepStatus.ERROR:
+            raise BackendError(f"could not read files from the sandbox: {result.error}")
+        return tarball.unpack_regular_files(result.stdout, paths)
+
+    async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                      output_limit: int) -> StepResult:
+        return await self._backend.call(self._execute, list(argv), stdin, timeout_s, output_limit)
+
+    async def peak_memory_bytes(self) -> int | None:
+        try:
+            stats = await self._backend.call(self._api.stats, self.id, stream=False, one_shot=True)
+        except BackendError:
+            return None
+        return stats.get("memory_stats", {}).get("max_usage")
+
+    def _execute(self, argv: list[str], stdin: bytes, timeout_s: float,
+                 output_limit: int) -> StepResult:
+        started = time.monotonic()
+        deadline = started + timeout_s
+        exec_id = self._api.exec_create(self.id, argv, stdin=True, stdout=True, stderr=True)["Id"]
+        stream = self._api.exec_start(exec_id, socket=True)
+        sock: socket.socket = getattr(stream, "_sock", stream)
+        stdout, stderr = CappedBuffer(output_limit), CappedBuffer(output_limit)
+        timed_out = flooded = False
+        try:
+            timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr)
+        finally:
+            _close_quietly(sock, stream)
+        exit_code = None
+        if not (timed_out or flooded):
+            exit_code, timed_out = self._wait_exec(exec_id, deadline)
+        if timed_out or flooded:
+            self._kill()
+        wall = time.monotonic() - started
+        if timed_out:
+            return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
+                              stdout.truncated, stderr.truncated)
+        if flooded:
+            exit_code = -9  # we killed it for flooding
+        return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
+                          stdout.truncated, stderr.truncated)
+
+    def _wait_exec(self, exec_id: str, deadline: float) -> tuple[int | None, bool]:
+        """The streams are closed; wait for the process itself (it may have closed them early)."""
+        pause = 0.002
+        while True:
+            info = self._api.exec_inspect(exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return exit_code_from_docker(info["ExitCode"]), False
+            if time.monotonic() >= deadline:
+                return None, True
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+            pause = min(pause * 2, 0.05)
+
+    def _kill(self) -> None:
+        try:
+            self._api.kill(self.id)
+        except docker.errors.APIError:
+            pass  # already gone: nothing is left to kill
+
+
+def _pump(sock: socket.socket, stdin: bytes, deadline: float,
+          stdout: CappedBuffer, stderr: CappedBuffer) -> tuple[bool, bool]:
+    """Feed stdin and drain output until EOF, the deadline, or a cap. Returns (timed_out, flooded)."""
+    sock.setblocking(False)
+    demux = FrameDemuxer()
+    pending = memoryview(stdin)
+    writing = True
+    if not pending:
+        sock.shutdown(socket.SHUT_WR)  # EOF on the program's stdin
+        writing = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return True, False
+        readable, writable, _ = select.select([sock], [sock] if writing else [], [], remaining)
+        if writable:
+            try:
+                sent = sock.send(pending[:1 << 16])
+                pending = pending[sent:]
+            except BlockingIOError:
+                pass
+            except OSError:
+                pending = pending[:0]  # the program closed its stdin; the rest is not wanted
+            if not pending:
+                try:
+                    sock.shutdown(socket.SHUT_WR)
+                except OSError:
+                    pass
+                writing = False
+        if readable:
+            try:
+                data = sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                return False, False
+            for stream_id, payload in demux.feed(data):
+                target = stderr if stream_id == 2 else stdout
+                if not target.write(payload):
+                    return False, True
+
+
+def _close_quietly(sock: socket.socket, stream: object) -> None:
+    # Shut the raw socket down, not just the wrapper: closing docker-py's object alone
+    # has been seen to keep the connection (and so the exec) attached.
+    for action in (lambda: sock.shutdown(socket.SHUT_RDWR), sock.close,
+                   getattr(stream, "close", lambda: None)):
+        try:
+            action()
+        except OSError:
+            pass
+
+
+class DockerBackend:
+    name = "docker"
+
+    def __init__(self, instance: str = "default", max_workers: int = 16,
+                 client: docker.DockerClient | None = None) -> None:
+        self.instance = instance
+        self._client = client
+        self._max_workers = max_workers
+        self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="docker")
+
+    @property
+    def api(self) -> docker.APIClient:
+        if self._client is None:
+            try:
+                self._client = docker.from_env(max_pool_size=self._max_workers + 4, timeout=60)
+            except docker.errors.DockerException as exc:
+                raise SandboxUnavailable(
+                    f"cannot reach the Docker daemon ({exc}); start dockerd or set DOCKER_HOST") from exc
+        return self._client.api
+
+    async def call(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """Run a blocking docker-py call in the pool, translating its errors into backend errors."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, partial(fn, *args, **kwargs))
+        except docker.errors.ImageNotFound as exc:
+            raise ImageMissing(str(exc.explanation or exc)) from exc
+        except BackendError:
+            raise
+        except docker.errors.APIError as exc:
+            raise BackendError(f"Docker refused: {exc.explanation or exc}") from exc
+        except _DAEMON_ERRORS as exc:
+            raise SandboxUnavailable(f"Docker daemon unreachable: {exc}") from exc
+
+    def _labels(self) -> dict[str, str]:
+        return {LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance}
+
+    def _create(self, image: str, limits: Limits) -> str:
+        api = self.api
+        size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
+        host_config = api.create_host_config(
+            read_only=True,
+            tmpfs={
+                WORKDIR: f"rw,exec,nosuid,nodev,size={size_mb}m,uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0700",
+                "/tmp": f"rw,exec,nosuid,nodev,size={size_mb}m,mode=1777",
+            },
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",  # equal to the cap: no swap
+            nano_cpus=int(limits.cpus * 1e9),
+            pids_limit=limits.pids,
+            network_mode="bridge" if limits.network else "none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            init=True,  # reaps zombies; lets a runtime that aborts get its own signal
+            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            log_config=LogConfig(type=LogConfig.types.NONE),
+            shm_size="16m",
+        )
+        try:
+            container = api.create_container(
+                image, command=["sleep", "infinity"], user=f"{SANDBOX_UID}:{SANDBOX_UID}",
+                working_dir=WORKDIR, hostname="sandbox", environment={"HOME": "/tmp"},
+                labels=self._labels(), network_disabled=not limits.network,
+                name=f"sandbox-{uuid.uuid4().hex[:12]}", host_config=host_config)
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(image) from None
+        try:
+            api.start(container["Id"])
+        except BaseException:
+            self._remove(container["Id"])
+            raise
+        return container["Id"]
+
+    def _remove(self, container_id: str) -> None:
+        try:
+            self.api.remove_container(container_id, force=True)
+        except docker.errors.NotFound:
+            pass
+        except _DAEMON_ERRORS as exc:
+            # Left for the next start-up sweep (it carries our labels).
+            log.warning("could not remove container %s: %s", container_id[:12], exc)
+
+    @asynccontextmanager
+    async def open(self, image: str, limits: Limits) -> AsyncIterator[DockerSandbox]:
+        container_id = await self.call(self._create, image, limits)
+        try:
+            yield DockerSandbox(self, container_id, limits)
+        finally:
+            # Shielded: a cancelled request (client gone, server stopping) still removes it.
+            await asyncio.shield(self.call(self._remove, container_id))
+
+    def _remove_leftovers(self) -> int:
+        filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_INSTANCE}={self.instance}"]}
+        leftovers = self.api.containers(all=True, quiet=True, filters=filters)
+        for c in leftovers:
+            self._remove(c["Id"])
+        return len(leftovers)
+
+    async def remove_leftovers(self) -> int:
+        return await self.call(self._remove_leftovers)
+
+    def _missing_images(self, images: Sequence[str]) -> list[str]:
+        missing = []
+        for image in images:
+            try:
+                self.api.inspect_image(image)
+            except docker.errors.ImageNotFound:
+                missing.append(image)
+        return missing
+
+    async def missing_images(self, images: Sequence[str]) -> list[str]:
+        return await self.call(self._missing_images, images)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._client is not None:
+            self._client.close()

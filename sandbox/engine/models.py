@@ -1,0 +1,71 @@
+"""What the engine takes (``Job``, ``Limits``) and what it gives back (``StepResult``, ``JobResult``).
+
+Units live in the names: ``*_s`` seconds, ``*_mb`` MiB, ``*_bytes`` bytes.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from ..runtimes import RuntimeSpec
+
+
+class StepStatus(str, enum.Enum):
+    FINISHED = "Finished"            # the program ran to its end (any exit code, any signal)
+    TIME_LIMIT = "TimeLimitExceeded"  # still running at the wall-clock deadline; killed
+    ERROR = "Error"                  # the sandbox itself failed; says nothing about the program
+
+
+@dataclass(frozen=True)
+class Limits:
+    compile_timeout_s: float
+    run_timeout_s: float
+    memory_mb: int
+    cpus: float
+    pids: int
+    workdir_mb: int
+    output_bytes: int
+    fetch_bytes: int
+    network: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    spec: RuntimeSpec
+    code: str
+    stdin: bytes
+    files: dict[str, bytes]        # confined relative path -> content
+    fetch_files: tuple[str, ...]   # confined relative paths
+    limits: Limits
+
+
+@dataclass
+class StepResult:
+    status: StepStatus
+    exit_code: int | None          # negative signal number when killed by a signal
+    wall_time_s: float
+    stdout: bytes = b""
+    stderr: bytes = b""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    error: str = ""                # why the sandbox failed (status ERROR only)
+
+    @property
+    def ok(self) -> bool:
+        return self.status is StepStatus.FINISHED and self.exit_code == 0
+
+    @property
+    def output_limited(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+
+@dataclass
+class JobResult:
+    compile: StepResult | None = None
+    run: StepResult | None = None
+    files: dict[str, bytes] = field(default_factory=dict)
+    peak_memory_bytes: int | None = None
+    oom_killed: bool = False
+    sandbox_id: str | None = None
+    error: str = ""                # set when the job failed outside any step

@@ -1,0 +1,58 @@
+"""Confine request-supplied file names to the sandbox's work directory.
+
+Names are checked as text before anything touches a filesystem, and inside the sandbox
+the files are written and read by tar as the unprivileged user, which never follows a
+symlink the program made out of the work directory (and nothing of the host is mounted).
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+MAX_PATH_CHARS = 1024
+MAX_COMPONENT_CHARS = 255
+
+
+class UnsafePath(ValueError):
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"file path {path!r} refused: {reason}")
+
+
+def confine(path: str) -> str:
+    """Return ``path`` as a normalised path relative to the work directory, or raise UnsafePath."""
+    if not path:
+        raise UnsafePath(path, "empty path")
+    if "\x00" in path:
+        raise UnsafePath(path, "contains a NUL byte")
+    if len(path) > MAX_PATH_CHARS:
+        raise UnsafePath(path, f"longer than {MAX_PATH_CHARS} characters")
+    if path.startswith("/"):
+        raise UnsafePath(path, "absolute paths are not allowed; give a path relative to the work directory")
+    parts = path.split("/")
+    if ".." in parts:
+        raise UnsafePath(path, "'..' is not allowed")
+    if any(len(p) > MAX_COMPONENT_CHARS for p in parts):
+        raise UnsafePath(path, f"a path component is longer than {MAX_COMPONENT_CHARS} characters")
+    normal = posixpath.normpath(path)
+    if normal in (".", ""):
+        raise UnsafePath(path, "names the work directory itself, not a file")
+    if path.endswith("/"):
+        raise UnsafePath(path, "names a directory, not a file")
+    return normal
+
+
+def check_no_overlap(paths: list[str], reserved: str) -> None:
+    """Refuse file sets that cannot all exist: a name used as both file and directory, or the source file."""
+    seen = set(paths)
+    for p in paths:
+        if p == reserved:
+            raise UnsafePath(p, f"collides with the program's own source file {reserved!r}")
+        parent = posixpath.dirname(p)
+        while parent:
+            if parent in seen:
+                raise UnsafePath(p, f"{parent!r} is also given as a file")
+            if parent == reserved:
+                raise UnsafePath(p, f"collides with the program's own source file {reserved!r}")
+            parent = posixpath.dirname(parent)

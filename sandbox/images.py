@@ -1,0 +1,200 @@
+"""Build the language images: a Debian trixie root, the base image, then one image per runtime.
+
+Where no registry answers, the root comes from Debian's own packages (debootstrap) and is
+imported into Docker. Every image is labelled with its toolchain's version and smoke-tested
+through the real engine before it counts as built.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import docker
+import docker.errors
+
+from .config import REPO_ROOT, Settings
+from .runtimes import RuntimeRegistry, RuntimeSpec
+
+ROOTFS_IMAGE = "sandbox-rootfs:trixie"
+BASE_IMAGE = "sandbox-base:1"
+REGISTRY_ROOTFS = ("debian", "trixie-slim")
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+LABEL_PREFIX = "llm-sandbox"
+
+
+class BuildFailed(RuntimeError):
+    pass
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _image_exists(api: docker.APIClient, image: str) -> bool:
+    try:
+        api.inspect_image(image)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def ensure_rootfs(api: docker.APIClient) -> None:
+    if _image_exists(api, ROOTFS_IMAGE):
+        say(f"[rootfs] {ROOTFS_IMAGE} present, reused")
+        return
+    repo, tag = REGISTRY_ROOTFS
+    try:
+        say(f"[rootfs] pulling {repo}:{tag}")
+        api.pull(repo, tag=tag)
+        api.tag(f"{repo}:{tag}", *ROOTFS_IMAGE.split(":"))
+        return
+    except docker.errors.APIError as exc:
+        say(f"[rootfs] no registry ({str(exc.explanation or exc)[:120]}); bootstrapping from Debian packages")
+    _debootstrap_and_import(api)
+
+
+def _debootstrap_and_import(api: docker.APIClient) -> None:
+    if shutil.which("debootstrap") is None:
+        raise BuildFailed("debootstrap is not installed and no registry answers: "
+                          "run `apt-get install -y debootstrap` (as root) and try again")
+    with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as tmp:
+        root = Path(tmp) / "root"
+        say(f"[rootfs] debootstrap --variant=minbase trixie (about 30 s)")
+        proc = subprocess.run(
+            ["debootstrap", "--variant=minbase", "trixie", str(root), DEBIAN_MIRROR],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            raise BuildFailed("debootstrap failed (it needs root and the Debian mirror):\n"
+                              + proc.stdout[-2000:])
+        for junk in ("usr/share/doc", "usr/share/man", "usr/share/locale", "usr/share/info",
+                     "var/cache/apt/archives", "var/lib/apt/lists"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        say(f"[rootfs] importing into Docker as {ROOTFS_IMAGE}")
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        try:
+            api.import_image_from_stream(tar.stdout, repository=ROOTFS_IMAGE.split(":")[0],
+                                         tag=ROOTFS_IMAGE.split(":")[1])
+        finally:
+            tar.stdout.close()
+            tar.wait()
+
+
+def _build(api: docker.APIClient, tag: str, label: str, *, path: str | None = None,
+           fileobj: io.BytesIO | None = None, buildargs: dict | None = None,
+           labels: dict | None = None) -> None:
+    stream = api.build(path=path, fileobj=fileobj, tag=tag, buildargs=buildargs or {},
+                       labels=labels, rm=True, forcerm=True, decode=True, pull=False)
+    for chunk in stream:
+        if "error" in chunk:
+            raise BuildFailed(f"[{label}] build failed: {chunk['error'].strip()}")
+        line = chunk.get("stream", "").rstrip()
+        if line:
+            for part in line.splitlines():
+                say(f"[{label}] {part}")
+
+
+def toolchain_version(client: docker.DockerClient, spec: RuntimeSpec) -> str:
+    out = client.containers.run(spec.image, list(spec.version), remove=True, network_mode="none",
+                                stdout=True, stderr=True, user="65534:65534")
+    first_line = out.decode(errors="replace").strip().splitlines()[0].strip()
+    return first_line[:64]
+
+
+def build_runtime(client: docker.DockerClient, spec: RuntimeSpec) -> str:
+    api = client.api
+    _build(api, spec.image, spec.language, path=str(REPO_ROOT / spec.dockerfile),
+           buildargs={"BASE": BASE_IMAGE})
+    version = toolchain_version(client, spec)
+    # A second, metadata-only step: the label carries the version the toolchain reports.
+    _build(api, spec.image, spec.language, fileobj=io.BytesIO(f"FROM {spec.image}\n".encode()),
+           labels={f"{LABEL_PREFIX}.language": spec.language,
+                   f"{LABEL_PREFIX}.toolchain": version,
+                   f"{LABEL_PREFIX}.runtime-spec": f"runtimes/{spec.language}.toml"})
+    return version
+
+
+async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[str, str]:
+    """Run each runtime's smoke program through the real engine; return failures by language."""
+    from .engine import Engine, Job, Limits
+    from .engine.backends.docker import DockerBackend
+
+    backend = DockerBackend(instance=f"{settings.instance}-imagebuild")
+    engine = Engine(backend, max_concurrency=2)
+    failures: dict[str, str] = {}
+    try:
+        for spec in specs:
+            limits = Limits(compile_timeout_s=60, run_timeout_s=30, memory_mb=spec.memory_mb,
+                            cpus=settings.cpus, pids=settings.pids_limit,
+                            workdir_mb=settings.workdir_size_mb,
+                            output_bytes=settings.output_limit_bytes, fetch_bytes=0)
+            job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files={},
+                      fetch_files=(), limits=limits)
+            result = await engine.run(job)
+            step = result.run
+            if result.error or step is None or not step.ok or step.stdout.decode() != spec.smoke.stdout:
+                detail = result.error or (result.compile and result.compile.stderr.decode()[-500:]) \
+                    or (step and (step.stdout + step.stderr).decode()[-500:])
+                failures[spec.language] = str(detail)
+                say(f"[{spec.language}] smoke test FAILED: {detail}")
+            else:
+                say(f"[{spec.language}] smoke test passed")
+    finally:
+        await backend.close()
+    return failures
+
+
+def build_images(languages: list[str] | None, settings: Settings) -> int:
+    registry = RuntimeRegistry.load(settings.runtimes_dir)
+    try:
+        specs = [registry.get(lang) for lang in (languages or registry.languages)]
+    except LookupError as exc:
+        say(str(exc))
+        return 2
+    try:
+        client = docker.from_env(timeout=600)
+        client.ping()
+    except docker.errors.DockerException as exc:
+        say(f"cannot reach the Docker daemon ({exc}); start dockerd (or Docker Desktop) and retry")
+        return 1
+    api = client.api
+    try:
+        ensure_rootfs(api)
+        _build(api, BASE_IMAGE, "base", path=str(REPO_ROOT / "images" / "base"),
+               buildargs={"ROOTFS": ROOTFS_IMAGE})
+        versions = {}
+        for i, spec in enumerate(specs, 1):
+            say(f"== [{i}/{len(specs)}] {spec.language} -> {spec.image}")
+            versions[spec.language] = build_runtime(client, spec)
+    except BuildFailed as exc:
+        say(str(exc))
+        return 1
+    failures = asyncio.run(smoke_test(specs, settings))
+    say("")
+    for spec in specs:
+        mark = "FAILED" if spec.language in failures else "ok"
+        say(f"  {spec.language:8} {spec.image:20} {versions[spec.language]:48} smoke: {mark}")
+    return 1 if failures else 0
+
+
+def list_images(settings: Settings) -> int:
+    registry = RuntimeRegistry.load(settings.runtimes_dir)
+    client = docker.from_env()
+    for spec in registry:
+        try:
+            labels = client.api.inspect_image(spec.image)["Config"]["Labels"] or {}
+            state = labels.get(f"{LABEL_PREFIX}.toolchain", "built (no version label)")
+        except docker.errors.ImageNotFound:
+            state = "MISSING: run `make images LANGS=" + spec.language + "`"
+        say(f"{spec.language:8} {spec.image:20} {state}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(build_images(sys.argv[1:] or None, Settings()))
