@@ -47,7 +47,6 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        app.state.services = Services(settings, registry, engine)
         try:
             removed = await backend.remove_leftovers()
             if removed:
@@ -69,6 +68,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         description="SandboxFusion-compatible code execution: a fresh, isolated container per request.",
         lifespan=lifespan,
     )
+
+    app.state.services = Services(settings, registry, engine)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):

@@ -55,7 +55,9 @@ class Engine:
                 result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s,
                                                limits.output_bytes)
                 await self._note_memory(box, result, job)
-                if job.fetch_files:
+                # A run stopped at its deadline or output cap took the sandbox with it.
+                if job.fetch_files and result.run.status is StepStatus.FINISHED \
+                        and not result.run.output_limited:
                     result.files = await box.read_files(job.fetch_files, limits.fetch_bytes)
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", spec.language, exc)
@@ -64,13 +66,20 @@ class Engine:
 
     @staticmethod
     async def _note_memory(box, result: JobResult, job: Job) -> None:
-        """Peak memory of the whole sandbox; a SIGKILL at the cap is the OOM killer's."""
-        peak = await box.peak_memory_bytes()
-        result.peak_memory_bytes = peak
+        """Peak memory of the whole sandbox, and whether the OOM killer struck.
+
+        The cgroup's own OOM-kill counter decides when we can read it; otherwise a SIGKILL
+        we did not send, with memory at the cap, is the OOM killer's."""
+        facts = await box.memory_facts()
+        result.peak_memory_bytes = facts.peak_bytes
+        if facts.oom_kills is not None:
+            result.oom_killed = facts.oom_kills > 0
+            return
         last = result.run or result.compile
         cap = job.limits.memory_mb * 1024 * 1024
         killed = last is not None and last.status is StepStatus.FINISHED and last.exit_code == -9 \
             and not last.output_limited
+        peak = facts.peak_bytes
         result.oom_killed = bool(killed and peak is not None and peak >= cap - OOM_SLACK_BYTES)
 
     @staticmethod

@@ -12,6 +12,7 @@ from __future__ import annotations
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol, Sequence
 
+from ..cgroups import MemoryFacts
 from ..models import Limits, StepResult
 
 WORKDIR = "/sandbox"
@@ -44,7 +45,7 @@ class Sandbox(Protocol):
 
     async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]: ...
 
-    async def peak_memory_bytes(self) -> int | None: ...
+    async def memory_facts(self) -> MemoryFacts: ...
 
 
 class Backend(Protocol):

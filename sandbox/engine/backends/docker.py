@@ -28,6 +28,7 @@ from docker.types import LogConfig, Ulimit
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from .. import tarball
+from ..cgroups import MemoryFacts, read_memory_facts
 from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,15 @@ class DockerSandbox:
                       output_limit: int) -> StepResult:
         return await self._backend.call(self._execute, list(argv), stdin, timeout_s, output_limit)
 
-    async def peak_memory_bytes(self) -> int | None:
-        try:
+    async def memory_facts(self) -> MemoryFacts:
+        facts = read_memory_facts(self.id)
+        if facts is not None:
+            return facts
+        try:  # a remote daemon: ask it (slower, and it has no OOM counter)
             stats = await self._backend.call(self._api.stats, self.id, stream=False, one_shot=True)
         except BackendError:
-            return None
-        return stats.get("memory_stats", {}).get("max_usage")
+            return MemoryFacts(None, None)
+        return MemoryFacts(stats.get("memory_stats", {}).get("max_usage"), None)
 
     def _execute(self, argv: list[str], stdin: bytes, timeout_s: float,
                  output_limit: int) -> StepResult:
