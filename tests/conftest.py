@@ -1,0 +1,113 @@
+"""Shared fixtures. Integration tests run a real server (subprocess) against a real Docker daemon."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from sandbox.config import REPO_ROOT
+from sandbox.engine.backends.docker import LABEL_INSTANCE, LABEL_MANAGED
+from sandbox.runtimes import RuntimeRegistry
+
+# .ci/run sets this: there, a missing daemon or image is a failure, not a skip.
+REQUIRE_DOCKER = os.environ.get("SANDBOX_TESTS_REQUIRE_DOCKER") == "1"
+
+
+def _docker_problem() -> str | None:
+    try:
+        import docker
+
+        client = docker.from_env()
+        client.ping()
+    except Exception as exc:  # noqa: BLE001 - any failure means "no usable daemon"
+        return f"no Docker daemon ({exc}); start dockerd"
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    missing = []
+    for spec in registry:
+        try:
+            client.api.inspect_image(spec.image)
+        except Exception:  # noqa: BLE001
+            missing.append(spec.image)
+    client.close()
+    if missing:
+        return f"images not built: {', '.join(missing)}; run `make images`"
+    return None
+
+
+@pytest.fixture(scope="session")
+def docker_ready() -> None:
+    problem = _docker_problem()
+    if problem:
+        if REQUIRE_DOCKER:
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _our_containers(instance: str) -> list[dict]:
+    import docker
+
+    client = docker.from_env()
+    try:
+        return client.api.containers(
+            all=True, filters={"label": [f"{LABEL_MANAGED}=1", f"{LABEL_INSTANCE}={instance}"]})
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="session")
+def server(docker_ready, tmp_path_factory) -> str:
+    """Base URL of a real server process. On teardown: no container of ours may be left."""
+    port = _free_port()
+    instance = f"pytest-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
+           "SANDBOX_MAX_CONCURRENCY": "4", "SANDBOX_OUTPUT_LIMIT_BYTES": str(4 << 20)}
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
+                                stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if requests.get(f"{url}/v1/ping", timeout=1).json() == "pong":
+                    break
+            except requests.RequestException:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"server did not start:\n{log_path.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    leftovers = _our_containers(instance)
+    assert not leftovers, f"containers left behind: {[c['Names'] for c in leftovers]}"
+
+
+@pytest.fixture(scope="session")
+def run(server):
+    """POST /run_code the way verl does; return the decoded JSON."""
+
+    def _run(code: str, language: str, **body) -> dict:
+        payload = {"code": code, "language": language, "compile_timeout": 20, "run_timeout": 10,
+                   "memory_limit_MB": 1024, "stdin": None, "files": {}, "fetch_files": [], **body}
+        response = requests.post(f"{server}/run_code", json=payload, timeout=120)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    return _run

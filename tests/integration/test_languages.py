@@ -1,0 +1,176 @@
+"""Every language, end to end: real server, real daemon, real containers."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from .programs import MIB_OUTPUT, PROGRAMS, SQL_SETUP
+
+pytestmark = pytest.mark.docker
+LANGUAGES = sorted(PROGRAMS)
+COMPILED = {"cpp", "java", "go", "rust"}
+
+
+def program(language: str, case: str) -> str:
+    code = PROGRAMS[language][case]
+    if code is None:
+        pytest.skip(f"{case} does not apply to {language}")
+    return code
+
+
+def assert_ran(result: dict, stdout: str) -> None:
+    assert result["status"] == "Success", result
+    assert result["run_result"]["status"] == "Finished"
+    assert result["run_result"]["return_code"] == 0
+    assert result["run_result"]["stdout"] == stdout
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_hello(run, language):
+    result = run(program(language, "hello"), language)
+    assert_ran(result, "hello, world\n")
+    assert result["message"] == ""
+    if language in COMPILED:
+        assert result["compile_result"]["status"] == "Finished"
+        assert result["compile_result"]["return_code"] == 0
+    else:
+        assert result["compile_result"] is None
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_stdin(run, language):
+    stdin = SQL_SETUP if language == "sql" else "2 3\n"
+    assert_ran(run(program(language, "sum_stdin"), language, stdin=stdin), "5\n")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_runtime_error(run, language):
+    result = run(program(language, "runtime_error"), language)
+    assert result["status"] == "Failed"
+    assert result["run_result"]["status"] == "Finished"
+    assert result["run_result"]["return_code"] not in (0, None)
+    assert result["run_result"]["stdout"] == "before\n"
+    if language == "cpp":
+        assert result["run_result"]["return_code"] == -6  # SIGABRT, reported as Python does
+
+
+@pytest.mark.parametrize("language", sorted(COMPILED))
+def test_compile_error(run, language):
+    result = run(program(language, "compile_error"), language)
+    assert result["status"] == "Failed"
+    assert result["compile_result"]["status"] == "Finished"
+    assert result["compile_result"]["return_code"] != 0
+    assert result["compile_result"]["stderr"] or result["compile_result"]["stdout"]
+    assert result["run_result"] is None
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_timeout_keeps_partial_output(run, language):
+    result = run(program(language, "timeout"), language, run_timeout=2)
+    assert result["status"] == "Failed"
+    step = result["run_result"]
+    assert step["status"] == "TimeLimitExceeded"
+    assert step["return_code"] is None
+    assert 2 <= step["execution_time"] < 6
+    if language != "sql":  # the sqlite3 shell buffers its output; nothing is printed before
+        assert step["stdout"] == "partial\n"
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_memory_cap(run, language):
+    result = run(program(language, "memory"), language, memory_limit_MB=128)
+    assert result["status"] == "Failed", result
+    assert result["memory_limit_MB"] == 128
+    step = result["run_result"]
+    assert step["status"] == "Finished" and step["return_code"] != 0
+    own_error = "OutOfMemoryError" in step["stderr"] or "out of memory" in step["stderr"].lower()
+    assert result["oom_killed"] or own_error, result
+    if result["oom_killed"]:
+        assert "out of memory" in result["message"]
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_network_is_refused(run, language):
+    assert_ran(run(program(language, "network"), language), "blocked\n")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_one_mib_of_exact_output(run, language):
+    result = run(program(language, "big_output"), language)
+    assert_ran(result, MIB_OUTPUT)
+    assert result["run_result"]["stdout_truncated"] is False
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_non_utf8_output_is_replaced_not_lost(run, language):
+    assert_ran(run(program(language, "non_utf8"), language), "\ufffd\ufffdok\n")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_files_in_and_fetch_files_out(run, language):
+    files = {"data/in.txt": base64.b64encode(b"hello files").decode()}
+    result = run(program(language, "files"), language, files=files,
+                 fetch_files=["out.txt", "missing.txt"])
+    assert result["status"] == "Success", result
+    assert base64.b64decode(result["files"]["out.txt"]) == b"HELLO FILES"
+    assert "missing.txt" not in result["files"]
+
+
+def test_java_runs_under_a_256_mb_cap(run):
+    assert_ran(run(program("java", "hello"), "java", memory_limit_MB=256), "hello, world\n")
+
+
+@pytest.mark.parametrize("language", LANGUAGES)
+def test_every_language_works_at_verls_default_1024_mb(run, language):
+    # verl always sends 1024; an address-space limit would break Java, Go, Rust and Node here.
+    assert_ran(run(program(language, "hello"), language, memory_limit_MB=1024), "hello, world\n")
+
+
+def test_cpp_has_bits_stdcpp_and_cpp17(run):
+    code = ("#include <bits/stdc++.h>\nint main() { auto [a, b] = std::pair{1, 2};"
+            " std::optional<int> o = a + b; std::cout << *o << '\\n'; }")
+    assert_ran(run(code, "cpp"), "3\n")
+
+
+def test_java_assertions_are_enabled(run):
+    code = "public class Main { public static void main(String[] a) { assert 1 > 2 : \"asserts on\"; } }"
+    result = run(code, "java")
+    assert result["status"] == "Failed"
+    assert "AssertionError" in result["run_result"]["stderr"]
+
+
+def test_python_scientific_packages(run):
+    code = ("import numpy, scipy, sympy, pandas, networkx\n"
+            "print(int(numpy.arange(4).sum()), sympy.factorint(12), networkx.path_graph(3).number_of_edges())")
+    assert_ran(run(code, "python"), "6 {2: 2, 3: 1} 2\n")
+
+
+def test_sql_database_file(run, tmp_path):
+    import sqlite3
+
+    db_path = tmp_path / "shop.db"
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE items(name TEXT, price INTEGER)")
+        db.executemany("INSERT INTO items VALUES (?, ?)", [("pen", 2), ("book", 12)])
+    files = {"shop.db": base64.b64encode(db_path.read_bytes()).decode()}
+    code = "INSERT INTO items VALUES ('lamp', 30);\nSELECT name, price FROM items ORDER BY price;"
+    result = run(code, "sql", files=files, fetch_files=["shop.db"])
+    assert_ran(result, "pen|2\nbook|12\nlamp|30\n")
+    changed = tmp_path / "changed.db"
+    changed.write_bytes(base64.b64decode(result["files"]["shop.db"]))
+    with sqlite3.connect(changed) as db:
+        assert db.execute("SELECT count(*) FROM items").fetchone() == (3,)
+
+
+def test_sql_first_error_stops_the_script(run):
+    result = run("SELECT 1;\nSELECT nope FROM nowhere;\nSELECT 2;", "sql")
+    assert result["status"] == "Failed"
+    assert result["run_result"]["stdout"] == "1\n"
+    assert "no such" in result["run_result"]["stderr"]
+
+
+def test_sql_setup_error_fails_the_run(run):
+    result = run("SELECT 1;", "sql", stdin="CREATE TABLE broken(;")
+    assert result["status"] == "Failed"

@@ -1,0 +1,101 @@
+"""Request validation and the SandboxFusion status rules; nothing here reaches a container."""
+
+import base64
+
+import pytest
+from fastapi.testclient import TestClient
+
+from sandbox.api import create_app
+from sandbox.api.translate import overall_status, to_response
+from sandbox.config import Settings
+from sandbox.engine.models import JobResult, StepResult, StepStatus
+
+
+@pytest.fixture(scope="module")
+def client():
+    # No `with`: the start-up sweep (which talks to Docker) does not run. Every request
+    # below is refused before the engine, so none needs a container.
+    return TestClient(create_app(Settings(max_memory_mb=4096, max_timeout_s=60)))
+
+
+def post(client, **body):
+    return client.post("/run_code", json={"code": "print(1)", "language": "python", **body})
+
+
+def test_ping(client):
+    assert client.get("/v1/ping").json() == "pong"
+
+
+def test_openapi_documents_run_code(client):
+    spec = client.get("/openapi.json").json()
+    assert "/run_code" in spec["paths"]
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ({"language": "cobol"}, "served languages: cpp, go, java, nodejs, python, rust, sql"),
+    ({"memory_limit_MB": 8192}, "ceiling of 4096 MB"),
+    ({"memory_limit_MB": 0}, "memory_limit_MB must be -1"),
+    ({"memory_limit_MB": -5}, "memory_limit_MB must be -1"),
+    ({"run_timeout": 0}, "run_timeout must be a positive"),
+    ({"compile_timeout": -1}, "compile_timeout must be a positive"),
+    ({"run_timeout": 600}, "ceiling of 60 s"),
+    ({"files": {"../x": "YQ=="}}, "'..' is not allowed"),
+    ({"files": {"/etc/passwd": "YQ=="}}, "absolute paths are not allowed"),
+    ({"files": {"a": "***"}}, "not valid base64"),
+    ({"files": {"main.py": "YQ=="}}, "source file"),
+    ({"fetch_files": ["/etc/shadow"]}, "absolute paths are not allowed"),
+    ({"fetch_files": ["a/../../etc"]}, "'..' is not allowed"),
+])
+def test_requests_that_cannot_run_get_a_422_that_says_why(client, body, fragment):
+    response = post(client, **body)
+    assert response.status_code == 422
+    assert fragment in response.json()["detail"]
+
+
+def test_schema_errors_are_readable(client):
+    response = client.post("/run_code", json={"language": "python"})
+    assert response.status_code == 422
+    assert "code: Field required" in response.json()["detail"]
+    response = client.post("/run_code", content=b"{not json", headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    response = post(client, memory_limit_MB="lots")
+    assert response.status_code == 422 and "memory_limit_MB" in response.json()["detail"]
+
+
+def _step(status, code=None, out=b""):
+    return StepResult(StepStatus(status), code, 0.1, out, b"")
+
+
+@pytest.mark.parametrize("compile_step, run_step, error, expected", [
+    (None, _step("Finished", 0), "", "Success"),
+    (None, _step("Finished", 1), "", "Failed"),
+    (None, _step("Finished", -9), "", "Failed"),
+    (None, _step("TimeLimitExceeded"), "", "Failed"),
+    (_step("Finished", 1), None, "", "Failed"),
+    (_step("TimeLimitExceeded"), None, "", "Failed"),
+    (_step("Finished", 0), _step("Error"), "", "SandboxError"),
+    (None, _step("Finished", 0), "could not read files", "SandboxError"),
+])
+def test_status_derivation_follows_sandboxfusion(compile_step, run_step, error, expected):
+    assert overall_status(JobResult(compile=compile_step, run=run_step, error=error)) == expected
+
+
+def test_response_null_rules(client):
+    from sandbox.api.schemas import RunCodeRequest
+    from sandbox.api.translate import build_job
+
+    services = client.app.state.services
+    job = build_job(RunCodeRequest(code="x", language="cpp", fetch_files=["./out.txt", "gone"]),
+                    services.registry, services.settings)
+    timed_out = JobResult(compile=_step("Finished", 0), run=_step("TimeLimitExceeded", None, b"part"),
+                          files={"out.txt": b"hi"})
+    response = to_response(timed_out, job, ["./out.txt", "gone"])
+    assert response.status == "Failed" and isinstance(response.message, str)
+    assert response.run_result.return_code is None and response.run_result.stdout == "part"
+    assert response.compile_result.return_code == 0
+    assert response.files == {"./out.txt": base64.b64encode(b"hi").decode()}
+    compile_failed = to_response(JobResult(compile=_step("Finished", 1)), job, [])
+    assert compile_failed.run_result is None and compile_failed.status == "Failed"
+    ok = to_response(JobResult(compile=_step("Finished", 0), run=_step("Finished", 0)), job, [])
+    assert ok.status == "Success" and ok.message == ""
+    assert job.limits.memory_mb == 2048  # cpp's default when -1 is sent
