@@ -1,0 +1,78 @@
+"""Real clients against the real server: the sandbox-fusion SDK, and verl's request and verdict rules."""
+
+from __future__ import annotations
+
+import concurrent.futures
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.docker
+
+
+def verl_case(url: str, code: str, language: str, stdin: str, expected: str, timeout: int = 10):
+    """verl's per-test-case call and verdict mapping (verl/utils/reward_score/sandbox_fusion)."""
+    body = {"compile_timeout": timeout, "run_timeout": timeout, "code": code, "stdin": stdin,
+            "memory_limit_MB": 1024, "language": language, "files": {}, "fetch_files": []}
+    response = requests.post(f"{url}/run_code", json=body, timeout=2 * timeout + 10)
+    if response.status_code != 200:
+        return -1
+    result = response.json()
+    if result["status"] == "SandboxError":
+        return -1
+    if result["status"] == "Failed":
+        compile_result = result.get("compile_result")
+        if compile_result and (compile_result["status"] == "TimeLimitExceeded"
+                               or compile_result["return_code"] != 0):
+            return -4
+        run_result = result["run_result"]
+        if run_result["status"] == "TimeLimitExceeded":
+            return -3
+        return -2
+    return result["run_result"]["stdout"].rstrip("\n") == expected.rstrip("\n")
+
+
+CASES = [("1 2\n", "3"), ("10 20\n", "30"), ("-5 5\n", "0"), ("7 8\n", "16")]  # the last is wrong
+
+SUM = {
+    "python": "a, b = map(int, input().split())\nprint(a + b)",
+    "cpp": "#include <bits/stdc++.h>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}",
+    "java": "import java.util.*;\npublic class Main{public static void main(String[] x){Scanner s=new Scanner(System.in);System.out.println(s.nextLong()+s.nextLong());}}",
+    "go": 'package main\nimport "fmt"\nfunc main(){var a,b int;fmt.Scan(&a,&b);fmt.Println(a+b)}',
+    "rust": "use std::io::*;\nfn main(){let mut s=String::new();stdin().read_to_string(&mut s).unwrap();let v:Vec<i64>=s.split_whitespace().map(|x|x.parse().unwrap()).collect();println!(\"{}\",v[0]+v[1]);}",
+    "nodejs": "const [a,b]=require('fs').readFileSync(0,'utf8').trim().split(/\\s+/).map(Number);console.log(a+b);",
+}
+
+
+@pytest.mark.parametrize("language", sorted(SUM))
+def test_verl_test_cases_sent_at_once(server, language):
+    with concurrent.futures.ThreadPoolExecutor(len(CASES)) as pool:
+        verdicts = list(pool.map(lambda case: verl_case(server, SUM[language], language, *case), CASES))
+    assert verdicts == [True, True, True, False]
+
+
+@pytest.mark.parametrize("language, code, verdict", [
+    ("cpp", "int main() { syntax error }", -4),
+    ("python", "import time\ntime.sleep(30)", -3),
+    ("python", "raise SystemExit(3)", -2),
+    ("java", "public class Main { public static void main(String[] a) { System.exit(1); } }", -2),
+])
+def test_verl_failure_codes(server, language, code, verdict):
+    assert verl_case(server, code, language, "", "", timeout=3) == verdict
+
+
+def test_sandbox_fusion_sdk(server):
+    from sandbox_fusion import RunCodeRequest, RunStatus, run_code
+
+    ok = run_code(RunCodeRequest(code="print(input())", language="python", stdin="hi"),
+                  endpoint=server, max_attempts=1)
+    assert ok.status == RunStatus.Success
+    assert ok.run_result.stdout == "hi\n" and ok.run_result.return_code == 0
+    failed = run_code(RunCodeRequest(code="int main(){return 3;}", language="cpp",
+                                     compile_timeout=20.5, run_timeout=5.5),
+                      endpoint=server, max_attempts=1)
+    assert failed.status == RunStatus.Failed and failed.run_result.return_code == 3
+    timed_out = run_code(RunCodeRequest(code="while True: pass", language="python", run_timeout=1.5),
+                         endpoint=server, max_attempts=1)
+    assert timed_out.status == RunStatus.Failed
+    assert timed_out.run_result.status == "TimeLimitExceeded"
