@@ -1,0 +1,211 @@
+"""Latency and throughput of code execution, side by side, in one run.
+
+Targets (any number, measured one after another under the same load):
+  url:http://127.0.0.1:8080       any SandboxFusion-compatible /run_code server (this one or another)
+  docker-run                      the naive path: `docker run --rm` of the language image per program
+  bare                            the floor: the toolchain as a bare host process, no isolation
+
+Workloads: hello world per language (--languages). For each target, language and
+concurrency (--concurrency 1,4,8) it sends --requests programs and reports p50/p99 latency,
+throughput and machine CPU seconds per request (all processes: server, daemon, containers).
+Writes a table to stdout, JSON to bench/results/<stamp>.json and, with matplotlib, a PNG.
+
+    python bench/run_bench.py --targets url:http://127.0.0.1:8080 docker-run bare \
+        --languages python cpp --concurrency 1,4,8 --requests 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from sandbox.config import REPO_ROOT  # noqa: E402
+from sandbox.runtimes import RuntimeRegistry  # noqa: E402
+
+HELLO = {
+    "python": 'print("hello")',
+    "cpp": '#include <cstdio>\nint main() { puts("hello"); }',
+    "java": 'public class Main { public static void main(String[] a) { System.out.println("hello"); } }',
+    "nodejs": 'console.log("hello")',
+    "go": 'package main\nimport "fmt"\nfunc main() { fmt.Println("hello") }',
+    "rust": 'fn main() { println!("hello"); }',
+    "sql": "SELECT 'hello';",
+}
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def run_url(url: str, language: str, code: str) -> bool:
+    body = {"code": code, "language": language, "compile_timeout": 30, "run_timeout": 30,
+            "memory_limit_MB": 1024, "stdin": None, "files": {}, "fetch_files": []}
+    response = requests.post(f"{url.rstrip('/')}/run_code", json=body, timeout=120)
+    result = response.json()
+    return result.get("status") == "Success" and result["run_result"]["stdout"] == "hello\n"
+
+
+def _shell_for(spec) -> str:
+    steps = []
+    if spec.compile:
+        steps.append(" ".join(spec.compile))
+    steps.append(" ".join(spec.run) + " < /dev/null")
+    return " && ".join(steps)
+
+
+def run_docker(spec, code: str) -> bool:
+    """The naive path: write the source into the container through stdin, then compile and run."""
+    script = f"cat > {spec.source} && {_shell_for(spec)}"
+    proc = subprocess.run(
+        ["docker", "run", "--rm", "-i", "--network", "none", "--memory", "1g", "--memory-swap", "1g",
+         "--cpus", "1", "--pids-limit", "256", "--read-only", "--tmpfs", "/sandbox:rw,exec,size=256m,uid=65534",
+         "--tmpfs", "/tmp:rw,exec,size=256m,mode=1777", "--user", "65534:65534", "-w", "/sandbox",
+         "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--init", "-e", "HOME=/tmp",
+         "--log-driver", "none", spec.image, "sh", "-c", script],
+        input=code.encode(), capture_output=True, timeout=120)
+    return proc.stdout == b"hello\n"
+
+
+BARE = {  # host toolchains, when present: the floor with no isolation at all
+    "python": (None, ["python3", "main.py"]),
+    "cpp": (["g++", "-O2", "-o", "main", "main.cpp"], ["./main"]),
+    "java": (["javac", "Main.java"], ["java", "-cp", ".", "Main"]),
+    "nodejs": (None, ["node", "main.js"]),
+    "go": (["go", "build", "-o", "main", "main.go"], ["./main"]),
+    "rust": (["rustc", "-O", "-o", "main", "main.rs"], ["./main"]),
+    "sql": (None, ["sqlite3", "-bail", ":memory:", ".read main.sql"]),
+}
+
+
+def bare_available(language: str) -> bool:
+    compile_argv, run_argv = BARE[language]
+    return all(shutil.which(argv[0]) for argv in (compile_argv, run_argv) if argv and argv[0] != "./main")
+
+
+def run_bare(spec, code: str) -> bool:
+    compile_argv, run_argv = BARE[spec.language]
+    with tempfile.TemporaryDirectory() as tmp:
+        Path(tmp, spec.source).write_text(code)
+        if compile_argv and subprocess.run(compile_argv, cwd=tmp, capture_output=True).returncode:
+            return False
+        out = subprocess.run(run_argv, cwd=tmp, capture_output=True, stdin=subprocess.DEVNULL)
+        return out.stdout == b"hello\n"
+
+
+def machine_cpu_seconds() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "nice", 0.0)
+
+
+def measure(fn, requests_n: int, concurrency: int) -> dict:
+    latencies: list[float] = []
+    failures = 0
+
+    def one(_):
+        started = time.perf_counter()
+        try:
+            ok = fn()
+        except Exception:  # noqa: BLE001 - a failed request is counted, not fatal
+            ok = False
+        return time.perf_counter() - started, ok
+
+    fn()  # warm-up: caches, images, JIT
+    cpu0, wall0 = machine_cpu_seconds(), time.perf_counter()
+    with ThreadPoolExecutor(concurrency) as pool:
+        for latency, ok in pool.map(one, range(requests_n)):
+            latencies.append(latency)
+            failures += 0 if ok else 1
+    wall = time.perf_counter() - wall0
+    cpu = machine_cpu_seconds() - cpu0
+    latencies.sort()
+    return {
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
+        "throughput_rps": requests_n / wall,
+        "cpu_ms_per_request": cpu / requests_n * 1000,
+        "failures": failures,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--targets", nargs="+", default=["url:http://127.0.0.1:8080", "docker-run", "bare"])
+    parser.add_argument("--languages", nargs="+", default=["python"])
+    parser.add_argument("--concurrency", default="1,4,8")
+    parser.add_argument("--requests", type=int, default=40, help="requests per cell")
+    parser.add_argument("--out", default=None, help="JSON path (default bench/results/<time>.json)")
+    args = parser.parse_args()
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    levels = [int(c) for c in args.concurrency.split(",")]
+
+    rows = []
+    for target in args.targets:
+        for language in args.languages:
+            spec, code = registry.get(language), HELLO[language]
+            if target.startswith("url:"):
+                url = target[4:]
+                fn = lambda url=url, language=language, code=code: run_url(url, language, code)  # noqa: E731
+            elif target == "docker-run":
+                fn = lambda spec=spec, code=code: run_docker(spec, code)  # noqa: E731
+            elif target == "bare":
+                if not bare_available(language):
+                    print(f"skip bare {language}: toolchain not on this host", file=sys.stderr)
+                    continue
+                fn = lambda spec=spec, code=code: run_bare(spec, code)  # noqa: E731
+            else:
+                parser.error(f"unknown target {target}")
+            for level in levels:
+                stats = measure(fn, args.requests, level)
+                rows.append({"target": target, "language": language, "concurrency": level, **stats})
+                print(f"{target:32} {language:7} c={level:<3} p50 {stats['p50_ms']:8.1f} ms  "
+                      f"p99 {stats['p99_ms']:8.1f} ms  {stats['throughput_rps']:7.2f} req/s  "
+                      f"cpu {stats['cpu_ms_per_request']:7.1f} ms/req  failures {stats['failures']}",
+                      flush=True)
+
+    print("\n| target | language | concurrency | p50 ms | p99 ms | req/s | CPU ms/req | failures |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['target']} | {r['language']} | {r['concurrency']} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} | {r['throughput_rps']:.2f} | {r['cpu_ms_per_request']:.1f} | {r['failures']} |")
+
+    RESULTS_DIR.mkdir(exist_ok=True)
+    out = Path(args.out) if args.out else RESULTS_DIR / time.strftime("%Y%m%d-%H%M%S.json")
+    meta = {"cpus": os.cpu_count(), "requests_per_cell": args.requests, "time": time.time()}
+    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    print(f"\nJSON: {out}")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(install matplotlib for a PNG chart)")
+        return 0
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for (target, language) in dict.fromkeys((r["target"], r["language"]) for r in rows):
+        cells = [r for r in rows if r["target"] == target and r["language"] == language]
+        label = f"{target} {language}"
+        axes[0].plot([c["concurrency"] for c in cells], [c["p50_ms"] for c in cells], marker="o", label=label)
+        axes[1].plot([c["concurrency"] for c in cells], [c["throughput_rps"] for c in cells], marker="o", label=label)
+    axes[0].set(xlabel="concurrency", ylabel="p50 latency (ms)", yscale="log", title="latency")
+    axes[1].set(xlabel="concurrency", ylabel="requests/s", title="throughput")
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    png = out.with_suffix(".png")
+    fig.savefig(png, dpi=110)
+    print(f"PNG: {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
