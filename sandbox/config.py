@@ -6,6 +6,8 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -26,6 +28,18 @@ class Settings(BaseSettings):
     port: int = Field(8080, description="Port the HTTP server listens on.")
     runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).")
 
+    backend: Literal["auto", "oci", "docker"] = Field(
+        "auto",
+        description="Where sandboxes come from: `oci` starts each with an OCI runtime directly "
+                    "(fast; needs root on the Docker host), `docker` goes through the daemon "
+                    "(portable), `auto` takes oci when it works here, else docker.")
+    oci_runtime: str = Field(
+        "auto", description="OCI runtime for the oci backend: crun, runc, a path, or auto (crun, "
+                            "else runc).")
+    state_dir: Path = Field(Path("/var/lib/llm-sandbox"),
+                            description="Unpacked image roots (oci backend) and the compile cache.")
+    run_dir: Path = Field(Path("/run/llm-sandbox"),
+                          description="Per-request bundles and work directories (oci backend).")
     max_concurrency: int = Field(
         default_factory=_default_concurrency, ge=1,
         description="Containers running at once; further requests wait in a queue.")
@@ -46,6 +60,10 @@ class Settings(BaseSettings):
         64 * MiB, ge=0, description="Total decoded size of `files` a request may send.")
     max_fetch_bytes: int = Field(
         64 * MiB, ge=0, description="Total size of `fetch_files` returned per request.")
+    compile_cache_mb: int = Field(
+        512, ge=0,
+        description="Memory for the compile cache (compiled programs reused across requests "
+                    "with the same code and files); 0 turns it off.")
     network: bool = Field(False, description="Give sandboxes a network. Leave off.")
     instance: str = Field(
         "default",

@@ -121,32 +121,35 @@ def build_runtime(client: docker.DockerClient, spec: RuntimeSpec) -> str:
 
 
 async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[str, str]:
-    """Run each runtime's smoke program through the real engine; return failures by language."""
-    from .engine import Engine, Job, Limits
+    """Run each runtime's smoke program through every backend this host can run; return failures."""
+    from .engine import Engine
     from .engine.backends.docker import DockerBackend
+    from .engine.backends.oci import OciBackend
+    from .engine.backends.select import BackendUnavailable, choose_backend
 
-    backend = DockerBackend(instance=f"{settings.instance}-imagebuild")
-    engine = Engine(backend, max_concurrency=2)
-    failures: dict[str, str] = {}
+    instance = f"{settings.instance}-imagebuild"
+    backends = [DockerBackend(instance=instance)]
     try:
-        for spec in specs:
-            limits = Limits(compile_timeout_s=60, run_timeout_s=30, memory_mb=spec.memory_mb,
-                            cpus=settings.cpus, pids=settings.pids_limit,
-                            workdir_mb=settings.workdir_size_mb,
-                            output_bytes=settings.output_limit_bytes, fetch_bytes=0)
-            job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files={},
-                      fetch_files=(), limits=limits)
-            result = await engine.run(job)
-            step = result.run
-            if result.error or step is None or not step.ok or step.stdout.decode() != spec.smoke.stdout:
-                detail = result.error or (result.compile and result.compile.stderr.decode()[-500:]) \
-                    or (step and (step.stdout + step.stderr).decode()[-500:])
-                failures[spec.language] = str(detail)
-                say(f"[{spec.language}] smoke test FAILED: {detail}")
-            else:
-                say(f"[{spec.language}] smoke test passed")
-    finally:
-        await backend.close()
+        chosen = choose_backend(settings.model_copy(update={"instance": instance}))
+        if isinstance(chosen, OciBackend):
+            backends.append(chosen)  # also unpacks each image's root for it
+    except BackendUnavailable as exc:
+        say(f"(oci backend not smoke-tested: {exc})")
+    failures: dict[str, str] = {}
+    for backend in backends:
+        engine = Engine(backend, max_concurrency=2)
+        label = getattr(backend, "description", backend.name)
+        try:
+            await backend.remove_leftovers()
+            for spec in specs:
+                problem = await engine.probe(spec)
+                if problem:
+                    failures[spec.language] = f"{label}: {problem}"
+                    say(f"[{spec.language}] smoke test FAILED on {label}: {problem}")
+                else:
+                    say(f"[{spec.language}] smoke test passed on {label}")
+        finally:
+            await backend.close()
     return failures
 
 

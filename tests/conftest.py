@@ -68,12 +68,46 @@ def _our_containers(instance: str) -> list[dict]:
         client.close()
 
 
+def _oci_leftovers(instance: str) -> list[str]:
+    from sandbox.config import Settings
+
+    run_dir = Settings().run_dir
+    left = [str(p) for p in (run_dir / instance).glob("*")] if (run_dir / instance).is_dir() else []
+    for state in run_dir.glob(f"{instance}.*"):
+        left += [f"{state.name}: {c.name}" for c in state.iterdir() if c.is_dir()]
+    return left
+
+
+def _oci_problem() -> str | None:
+    from sandbox.config import Settings
+    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
+
+    try:
+        choose_backend(Settings(backend="oci"))
+    except BackendUnavailable as exc:
+        return str(exc)
+    return None
+
+
+@pytest.fixture(scope="session", params=["oci", "docker"])
+def backend_name(request, docker_ready) -> str:
+    """Every integration test runs once per backend."""
+    if request.param == "oci":
+        problem = _oci_problem()
+        if problem:
+            if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
+                pytest.fail(problem)
+            pytest.skip(problem)
+    return request.param
+
+
 @pytest.fixture(scope="session")
-def server(docker_ready, tmp_path_factory) -> str:
+def server(backend_name, tmp_path_factory) -> str:
     """Base URL of a real server process. On teardown: no container of ours may be left."""
     port = _free_port()
     instance = f"pytest-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
+           "SANDBOX_BACKEND": backend_name,
            "SANDBOX_MAX_CONCURRENCY": "4", "SANDBOX_OUTPUT_LIMIT_BYTES": str(4 << 20)}
     log_path = tmp_path_factory.mktemp("server") / "server.log"
     with open(log_path, "wb") as log:
@@ -97,6 +131,8 @@ def server(docker_ready, tmp_path_factory) -> str:
         proc.wait(timeout=30)
     leftovers = _our_containers(instance)
     assert not leftovers, f"containers left behind: {[c['Names'] for c in leftovers]}"
+    oci_left = _oci_leftovers(instance)
+    assert not oci_left, f"OCI sandboxes left behind: {oci_left}"
 
 
 @pytest.fixture(scope="session")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -13,8 +14,9 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..config import Settings, get_settings
 from ..engine import Engine
+from ..engine.compile_cache import CompileCache
 from ..engine.backends import Backend, BackendError
-from ..engine.backends.docker import DockerBackend
+from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
 from .schemas import RunCodeRequest, RunCodeResponse
 from .translate import InvalidRequest, build_job, to_response
@@ -41,26 +43,39 @@ ServicesDep = Annotated[Services, Depends(_services)]
 def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
     settings = settings or get_settings()
     registry = RuntimeRegistry.load(settings.runtimes_dir)
-    backend = backend or DockerBackend(instance=settings.instance,
-                                       max_workers=settings.max_concurrency * 2 + 4)
-    engine = Engine(backend, settings.max_concurrency)
+    cache = CompileCache(settings.compile_cache_mb << 20) if settings.compile_cache_mb else None
+    engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        warming = None
         try:
-            removed = await backend.remove_leftovers()
+            removed = await engine.backend.remove_leftovers()
             if removed:
                 log.warning("removed %d sandbox container(s) left by an earlier server", removed)
-            missing = await backend.missing_images([spec.image for spec in registry])
+            missing = await engine.backend.missing_images([spec.image for spec in registry])
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
                             "SandboxError until then)", ", ".join(missing))
-        except BackendError as exc:
-            log.error("container backend not ready: %s", exc)
+            if engine.backend.name == "oci":
+                problem = await engine.probe(next(s for s in registry if s.image not in missing))
+                if problem and backend is None and settings.backend == "auto":
+                    log.warning("oci backend failed its probe (%s); using the docker backend", problem)
+                    engine.backend = make_docker(settings)
+                    await engine.backend.remove_leftovers()
+                elif problem:
+                    log.error("oci backend failed its probe: %s", problem)
+                else:
+                    warming = asyncio.create_task(engine.backend.warm([s.image for s in registry]))
+        except (BackendError, StopIteration) as exc:
+            log.error("container backend not ready: %s", exc or "no language image is built")
         log.info("serving %s with the %s backend, %d sandboxes at once",
-                 ", ".join(registry.languages), backend.name, settings.max_concurrency)
+                 ", ".join(registry.languages), getattr(engine.backend, "description", engine.backend.name),
+                 settings.max_concurrency)
         yield
-        await backend.close()
+        if warming:
+            warming.cancel()
+        await engine.backend.close()
 
     app = FastAPI(
         title="LLM code sandbox",

@@ -37,6 +37,7 @@ class CommandRunResult(BaseModel):
     # Extra keys (clients ignore them):
     stdout_truncated: bool = Field(False, description="stdout passed the output cap; the program was stopped.")
     stderr_truncated: bool = Field(False, description="stderr passed the output cap; the program was stopped.")
+    cached: bool = Field(False, description="Compile step reused from the compile cache (same code and files).")
 
 
 class RunCodeResponse(BaseModel):

@@ -104,6 +104,7 @@ def _step(step: StepResult | None) -> CommandRunResult | None:
         stderr=decode_output(step.stderr),
         stdout_truncated=step.stdout_truncated,
         stderr_truncated=step.stderr_truncated,
+        cached=step.cached,
     )
 
 

@@ -1,32 +1,55 @@
 """The engine: admits jobs through a concurrency gate and runs each one in a fresh sandbox.
 
-A job's steps: write the source and files, compile (if the runtime has a compile step),
-run, read back the requested files. A failed compile ends the job. Whatever happens, the
-sandbox is destroyed before the result is returned.
+A job's steps: write the source and files, compile (if the runtime has a compile step, and
+the compile cache has not seen this exact program), run, read back the requested files. A
+failed compile ends the job. Whatever happens, the sandbox is destroyed before the result is
+returned.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
+from ..runtimes import RuntimeSpec
 from .backends.base import Backend, BackendError
-from .models import Job, JobResult, StepResult, StepStatus
+from .compile_cache import CachedCompile, CompileCache, compile_key
+from .models import Job, JobResult, Limits, StepResult, StepStatus
 
 log = logging.getLogger(__name__)
 
 OOM_SLACK_BYTES = 1 << 20
+MAX_ARTIFACT_BYTES = 256 << 20
 
 
 class Engine:
-    def __init__(self, backend: Backend, max_concurrency: int) -> None:
+    def __init__(self, backend: Backend, max_concurrency: int,
+                 compile_cache: CompileCache | None = None) -> None:
         self.backend = backend
         self.max_concurrency = max_concurrency
+        self.compile_cache = compile_cache
         self._gate = asyncio.Semaphore(max_concurrency)
         self.waiting = 0
         self.running = 0
 
     async def run(self, job: Job) -> JobResult:
+        if job.spec.compile is None or self.compile_cache is None:
+            return await self._admitted(job, cached=None)
+        key = compile_key(job)
+        cached, owner = await self.compile_cache.claim(key)
+        if cached is not None and not cached.step.ok:
+            return JobResult(compile=_replayed(cached))  # a known compile error: no sandbox needed
+        if not owner:
+            return await self._admitted(job, cached=cached)
+        entry = None
+        try:
+            result, entry = await self._admitted(job, cached=None, want_artifacts=True)
+            return result
+        finally:
+            self.compile_cache.release(key, entry)
+
+    async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False):
         self.waiting += 1
         try:
             await self._gate.acquire()
@@ -34,24 +57,54 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            return await self._run_admitted(job)
+            result, entry = await self._run_in_sandbox(job, cached, want_artifacts)
         finally:
             self.running -= 1
             self._gate.release()
+        return (result, entry) if want_artifacts else result
 
-    async def _run_admitted(self, job: Job) -> JobResult:
+    async def probe(self, spec: RuntimeSpec) -> str | None:
+        """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
+        limits = Limits(compile_timeout_s=60, run_timeout_s=30, memory_mb=spec.memory_mb, cpus=1.0,
+                        pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0)
+        job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files={},
+                  fetch_files=(), limits=limits)
+        result = await self._admitted(job, cached=None)
+        if result.error:
+            return result.error
+        for step in (result.compile, result.run):
+            if step is not None and not step.ok:
+                return (f"{spec.language} smoke test: {step.status.value}, exit {step.exit_code}: "
+                        f"{(step.stderr or step.stdout).decode(errors='replace')[-300:]}")
+        if result.run is None or result.run.stdout.decode(errors="replace") != spec.smoke.stdout:
+            return f"{spec.language} smoke test printed the wrong output"
+        return None
+
+    async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
+                              want_artifacts: bool) -> tuple[JobResult, CachedCompile | None]:
         result = JobResult()
+        entry = None
         limits, spec = job.limits, job.spec
+        inputs = {**job.files, spec.source: job.code.encode()}
         try:
             async with self.backend.open(spec.image, limits) as box:
                 result.sandbox_id = box.id[:12]
-                await box.write_files({**job.files, spec.source: job.code.encode()})
-                if spec.compile is not None:
+                if cached is not None:
+                    await box.write_files({**inputs, **cached.artifacts}, cached.executables)
+                    result.compile = _replayed(cached)
+                else:
+                    await box.write_files(inputs)
+                if spec.compile is not None and cached is None:
                     result.compile = await box.execute(
                         spec.compile, b"", limits.compile_timeout_s, limits.output_bytes)
                     if not result.compile.ok:
                         await self._note_memory(box, result, job)
-                        return result
+                        if want_artifacts and _deterministic_failure(result):
+                            entry = CachedCompile(result.compile, {}, frozenset())
+                        return result, entry
+                    if want_artifacts:
+                        artifacts, executables = await box.read_outputs(set(inputs), MAX_ARTIFACT_BYTES)
+                        entry = CachedCompile(result.compile, artifacts, frozenset(executables))
                 result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s,
                                                limits.output_bytes)
                 await self._note_memory(box, result, job)
@@ -62,11 +115,11 @@ class Engine:
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", spec.language, exc)
             self._record_error(result, str(exc))
-        return result
+        return result, entry
 
     @staticmethod
     async def _note_memory(box, result: JobResult, job: Job) -> None:
-        """Peak memory of the whole sandbox, and whether the OOM killer struck.
+        """Peak memory of the sandbox, and whether the OOM killer struck.
 
         The cgroup's own OOM-kill counter decides when we can read it; otherwise a SIGKILL
         we did not send, with memory at the cap, is the OOM killer's."""
@@ -92,3 +145,12 @@ class Engine:
             result.run = step
 
 
+def _replayed(cached: CachedCompile) -> StepResult:
+    """The cached compile's outcome, as this request's compile step (it took no time here)."""
+    return dataclasses.replace(cached.step, wall_time_s=0.0, cached=True)
+
+
+def _deterministic_failure(result: JobResult) -> bool:
+    step = result.compile
+    return (step is not None and step.status is StepStatus.FINISHED and step.exit_code is not None
+            and step.exit_code > 0 and not result.oom_killed and not step.output_limited)

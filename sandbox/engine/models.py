@@ -50,6 +50,7 @@ class StepResult:
     stdout_truncated: bool = False
     stderr_truncated: bool = False
     error: str = ""                # why the sandbox failed (status ERROR only)
+    cached: bool = False           # a compile step replayed from the compile cache
 
     @property
     def ok(self) -> bool:

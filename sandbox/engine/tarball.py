@@ -7,8 +7,8 @@ import tarfile
 from typing import Iterable
 
 
-def pack(files: dict[str, bytes]) -> bytes:
-    """A tar of regular files (0644) and their parent folders (0755), owned by nobody in particular."""
+def pack(files: dict[str, bytes], executables: frozenset[str] = frozenset()) -> bytes:
+    """A tar of regular files (0644, or 0755 for ``executables``) and their parent folders (0755)."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         made: set[str] = set()
@@ -22,7 +22,7 @@ def pack(files: dict[str, bytes]) -> bytes:
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(info)
             info = tarfile.TarInfo(path)
-            info.size, info.mode = len(content), 0o644
+            info.size, info.mode = len(content), 0o755 if path in executables else 0o644
             tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()
 
@@ -43,3 +43,22 @@ def unpack_regular_files(data: bytes, wanted: Iterable[str]) -> dict[str, bytes]
     except tarfile.ReadError:
         pass  # an empty or cut-off stream (every requested file missing, or over the limit)
     return found
+
+
+def unpack_outputs(data: bytes, exclude: set[str]) -> tuple[dict[str, bytes], set[str]]:
+    """Every regular file of a tar stream but ``exclude``, and which of them are executable."""
+    found: dict[str, bytes] = {}
+    executables: set[str] = set()
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            for member in tar:
+                name = member.name.removeprefix("./")
+                if member.isreg() and name not in exclude:
+                    extracted = tar.extractfile(member)
+                    if extracted is not None:
+                        found[name] = extracted.read()
+                        if member.mode & 0o111:
+                            executables.add(name)
+    except tarfile.ReadError:
+        pass
+    return found, executables

@@ -121,3 +121,11 @@ def test_concurrent_requests_queue_and_all_complete(run):
     with ThreadPoolExecutor(12) as pool:
         results = list(pool.map(lambda i: run(f"print({i} * 2)", "python"), range(12)))
     assert [r["run_result"]["stdout"] for r in results] == [f"{i * 2}\n" for i in range(12)]
+
+
+def test_exit_codes_and_signals_are_told_apart(run, backend_name):
+    killed = run("import os\nos.kill(os.getpid(), 11)", "python")["run_result"]
+    assert killed["return_code"] == -11
+    exited = run("raise SystemExit(139)", "python")["run_result"]
+    # sandbox-init reports the wait status itself; through Docker, exit 139 and SIGSEGV look alike.
+    assert exited["return_code"] == (139 if backend_name == "oci" else -11)

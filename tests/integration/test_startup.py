@@ -1,4 +1,4 @@
-"""A server that starts removes the containers a crashed predecessor of the same name left."""
+"""A server that starts removes the sandboxes a crashed predecessor of the same name left."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_startup_sweeps_leftover_containers(docker_ready):
                                   labels={**labels, LABEL_INSTANCE: instance + "-other"},
                                   network_mode="none")
     try:
-        with TestClient(create_app(Settings(instance=instance))) as http:
+        with TestClient(create_app(Settings(instance=instance, backend="docker"))) as http:
             assert http.get("/v1/ping").json() == "pong"
             response = http.post("/run_code", json={"code": "print(6*7)", "language": "python"})
             assert response.json()["run_result"]["stdout"] == "42\n"
@@ -39,3 +39,25 @@ def test_startup_sweeps_leftover_containers(docker_ready):
             except docker.errors.NotFound:
                 pass
         client.close()
+
+
+def test_startup_sweeps_leftover_oci_work_directories(docker_ready):
+    from sandbox.engine.backends.oci import _mount_tmpfs
+    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
+
+    instance = f"sweep-{uuid.uuid4().hex[:8]}"
+    settings = Settings(instance=instance, backend="oci")
+    try:
+        choose_backend(settings)
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    stale = settings.run_dir / instance / "deadbeef0000" / "work"
+    stale.mkdir(parents=True)
+    _mount_tmpfs(stale, "size=1m")
+    (stale / "left.txt").write_text("from a crashed server")
+    assert stale.is_mount()
+    with TestClient(create_app(settings)) as http:
+        response = http.post("/run_code", json={"code": "print(6*7)", "language": "python"})
+        assert response.json()["run_result"]["stdout"] == "42\n"
+    assert not stale.exists()
+    assert not stale.parent.exists()

@@ -38,12 +38,18 @@ class Sandbox(Protocol):
 
     id: str
 
-    async def write_files(self, files: dict[str, bytes]) -> None: ...
+    async def write_files(self, files: dict[str, bytes],
+                          executables: frozenset[str] = frozenset()) -> None: ...
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult: ...
 
     async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]: ...
+
+    async def read_outputs(self, exclude: set[str],
+                           limit_bytes: int) -> tuple[dict[str, bytes], set[str]]:
+        """Every regular file in the work directory but ``exclude``, and the executable ones."""
+        ...
 
     async def memory_facts(self) -> MemoryFacts: ...
 

@@ -75,11 +75,12 @@ class DockerSandbox:
     def _api(self) -> docker.APIClient:
         return self._backend.api
 
-    async def write_files(self, files: dict[str, bytes]) -> None:
+    async def write_files(self, files: dict[str, bytes],
+                          executables: frozenset[str] = frozenset()) -> None:
         if not files:
             return
         result = await self.execute(["tar", "-x", "-f", "-", "-C", WORKDIR, "--no-same-owner"],
-                                    tarball.pack(files), FILE_TRANSFER_TIMEOUT_S, 1 << 20)
+                                    tarball.pack(files, executables), FILE_TRANSFER_TIMEOUT_S, 1 << 20)
         if not result.ok:
             detail = result.error or result.stderr.decode(errors="replace").strip()
             raise BackendError(f"could not write files into the sandbox: {detail}")
@@ -95,6 +96,13 @@ class DockerSandbox:
         if result.status is StepStatus.ERROR:
             raise BackendError(f"could not read files from the sandbox: {result.error}")
         return tarball.unpack_regular_files(result.stdout, paths)
+
+    async def read_outputs(self, exclude: set[str], limit_bytes: int) -> tuple[dict[str, bytes], set[str]]:
+        result = await self.execute(["tar", "-c", "-f", "-", "-C", WORKDIR, "."], b"",
+                                    FILE_TRANSFER_TIMEOUT_S, limit_bytes)
+        if result.status is not StepStatus.FINISHED or result.stdout_truncated:
+            raise BackendError(f"could not read the compile step's output files: {result.error}")
+        return tarball.unpack_outputs(result.stdout, exclude)
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
@@ -213,6 +221,7 @@ def _close_quietly(sock: socket.socket, stream: object) -> None:
 
 class DockerBackend:
     name = "docker"
+    description = "docker"
 
     def __init__(self, instance: str = "default", max_workers: int = 16,
                  client: docker.DockerClient | None = None) -> None:

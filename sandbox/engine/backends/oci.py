@@ -1,0 +1,475 @@
+"""The OCI backend: each step is a fresh container started directly by an OCI runtime (runc or crun).
+
+No daemon on the request path. Per job:
+
+- a size-capped tmpfs is mounted on the host as the job's work directory; the server writes
+  the source and `files` into it before any program runs, and reads `fetch_files` back
+  without following links (``safe_files``);
+- each step (compile, run) is ``<runtime> run`` of a bundle whose root is the language image's
+  root filesystem, unpacked once per image version (``RootfsStore``) and mounted read-only;
+  the work directory is bind-mounted at /sandbox, a fresh tmpfs at /tmp;
+- PID 1 is ``sandbox-init`` (from the base image): it runs the step, reports the exact exit
+  status and resource use on a socket outside the program's reach, and holds the container
+  open until the server has read the cgroup's memory facts;
+- isolation as with Docker: new mount/PID/IPC/UTS/network namespaces (no interfaces but a
+  downed loopback), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
+  no-new-privileges, Docker's default seccomp filter (without io_uring), masked /proc paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import ctypes
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import AsyncIterator, Sequence
+
+from .. import safe_files
+from ..cgroups import CGROUP_ROOT, MemoryFacts
+from ..models import Limits, StepResult, StepStatus
+from ..output import CappedBuffer
+from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
+
+log = logging.getLogger(__name__)
+
+SECCOMP_PROFILE = json.loads((Path(__file__).parent / "seccomp.json").read_text())
+INIT = "/usr/local/bin/sandbox-init"
+MS_NOSUID, MS_NODEV = 2, 4
+MNT_DETACH = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+# The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
+DEVICES = [{"allow": False, "access": "rwm"}] + [
+    {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
+    for major, minor in ((1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0))]
+MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+                "/sys/firmware"]
+READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+
+def _mount_tmpfs(target: Path, options: str) -> None:
+    if _libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
+
+
+def _umount(target: Path) -> None:
+    _libc.umount2(str(target).encode(), MNT_DETACH)
+
+
+def _swap_accounting() -> bool:
+    v1 = CGROUP_ROOT / "memory"
+    return not v1.is_dir() or (v1 / "memory.memsw.limit_in_bytes").exists()
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_key(path: Path, key: str) -> int | None:
+    try:
+        for line in path.read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == key:
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
+    """Peak memory and OOM kills of a live container's cgroup (v1 or v2)."""
+    rel = cgroups_path.lstrip("/")
+    v1 = CGROUP_ROOT / "memory" / rel
+    if v1.is_dir():
+        return MemoryFacts(_read_int(v1 / "memory.max_usage_in_bytes"),
+                           _read_key(v1 / "memory.oom_control", "oom_kill"))
+    v2 = CGROUP_ROOT / rel
+    return MemoryFacts(_read_int(v2 / "memory.peak"), _read_key(v2 / "memory.events", "oom_kill"))
+
+
+class RootfsStore:
+    """Image root filesystems, unpacked once per image id and shared read-only by every sandbox."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+        self._client = None
+
+    def _docker(self):
+        import docker
+
+        if self._client is None:
+            self._client = docker.from_env(timeout=600)
+        return self._client
+
+    def prepare(self, image: str) -> tuple[Path, list[str]]:
+        """(root filesystem folder, environment) of ``image``; exports it on first use."""
+        import docker.errors
+
+        try:
+            info = self._docker().api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(image) from None
+        except docker.errors.DockerException as exc:
+            raise SandboxUnavailable(f"cannot read image {image} from Docker: {exc}") from exc
+        env = info["Config"].get("Env") or []
+        target = self.root / info["Id"].split(":")[-1][:16]
+        with self._guard:
+            lock = self._locks.setdefault(str(target), threading.Lock())
+        with lock:
+            if not (target / ".complete").exists():
+                self._export(image, target)
+        return target / "rootfs", env
+
+    def _export(self, image: str, target: Path) -> None:
+        log.info("unpacking %s into %s (once per image version)", image, target)
+        partial = target.with_name(target.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        (partial / "rootfs").mkdir(parents=True)
+        api = self._docker().api
+        container = api.create_container(image, command=["true"], network_disabled=True)
+        try:
+            tar = subprocess.Popen(["tar", "-x", "-C", str(partial / "rootfs")], stdin=subprocess.PIPE)
+            try:
+                for chunk in api.export(container["Id"]):
+                    tar.stdin.write(chunk)
+            finally:
+                tar.stdin.close()
+                if tar.wait() != 0:
+                    raise BackendError(f"unpacking {image} failed")
+        finally:
+            api.remove_container(container["Id"], force=True)
+        (partial / ".complete").write_text(image + "\n")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+
+    def missing(self, images: Sequence[str]) -> list[str]:
+        import docker.errors
+
+        missing = []
+        for image in images:
+            try:
+                self._docker().api.inspect_image(image)
+            except docker.errors.ImageNotFound:
+                missing.append(image)
+        return missing
+
+    def prune(self, keep: set[str]) -> None:
+        """Remove unpacked roots of image versions no longer in use."""
+        for entry in self.root.glob("*"):
+            if entry.name not in keep:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+class OciSandbox:
+    def __init__(self, backend: "OciBackend", job_id: str, rootfs: Path, env: list[str],
+                 limits: Limits) -> None:
+        self._backend = backend
+        self.id = job_id
+        self._rootfs = rootfs
+        self._env = env
+        self._limits = limits
+        self.bundle_dir = backend.run_dir / job_id
+        self.workdir = self.bundle_dir / "work"
+        self._steps = 0
+        self._facts = MemoryFacts(None, None)
+
+    async def write_files(self, files: dict[str, bytes],
+                          executables: frozenset[str] = frozenset()) -> None:
+        try:
+            await asyncio.to_thread(safe_files.write_files, self.workdir, files, SANDBOX_UID, executables)
+        except OSError as exc:
+            raise BackendError(f"could not write files into the sandbox: {exc}") from exc
+
+    async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]:
+        return await asyncio.to_thread(safe_files.read_files, self.workdir, paths, limit_bytes)
+
+    async def read_outputs(self, exclude: set[str], limit_bytes: int) -> tuple[dict[str, bytes], set[str]]:
+        def collect():
+            listing = {p: x for p, x in safe_files.list_regular_files(self.workdir).items() if p not in exclude}
+            found = safe_files.read_files(self.workdir, list(listing), limit_bytes)
+            return found, {p for p in found if listing[p]}
+        return await asyncio.to_thread(collect)
+
+    async def memory_facts(self) -> MemoryFacts:
+        return self._facts
+
+    def _config(self, argv: Sequence[str], cgroups_path: str) -> dict:
+        limits = self._limits
+        memory = limits.memory_mb * 1024 * 1024
+        size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
+        memory_limits: dict = {"limit": memory}
+        if self._backend.swap_accounting:
+            memory_limits["swap"] = memory  # memory + swap = memory: no swap
+        namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
+        if not limits.network:
+            namespaces.append({"type": "network"})
+        return {
+            "ociVersion": "1.0.2",
+            "process": {
+                "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
+                "args": [INIT, "--", *argv],
+                "env": [*self._env, "HOME=/tmp"],
+                "cwd": WORKDIR,
+                "noNewPrivileges": True,
+                "capabilities": {},
+                "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+                            {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
+                "oomScoreAdj": 1000,
+            },
+            "root": {"path": str(self._rootfs), "readonly": True},
+            "hostname": "sandbox",
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc",
+                 "options": ["nosuid", "noexec", "nodev"]},
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                 "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+                {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                 "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=16m"]},
+                {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+                 "options": ["nosuid", "noexec", "nodev", "ro"]},
+                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+                 "options": ["ro", "nosuid", "noexec", "nodev"]},
+                {"destination": WORKDIR, "type": "bind", "source": str(self.workdir),
+                 "options": ["rbind", "rw", "nosuid", "nodev"]},
+                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+                 "options": ["nosuid", "nodev", "exec", f"size={size_mb}m", "mode=1777"]},
+            ],
+            "linux": {
+                "cgroupsPath": cgroups_path,
+                "resources": {
+                    "devices": DEVICES,
+                    "memory": memory_limits,
+                    "pids": {"limit": limits.pids},
+                    "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
+                },
+                "namespaces": namespaces,
+                "maskedPaths": MASKED_PATHS,
+                "readonlyPaths": READONLY_PATHS,
+                "seccomp": SECCOMP_PROFILE,
+            },
+        }
+
+    async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                      output_limit: int) -> StepResult:
+        self._steps += 1
+        name = f"{self.id}-{self._steps}"
+        step_dir = self.bundle_dir / f"step{self._steps}"
+        cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
+        step_dir.mkdir()
+        (step_dir / "config.json").write_text(json.dumps(self._config(argv, cgroups_path)))
+        ours, theirs = socket.socketpair()
+        started = time.monotonic()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                # sandbox-init expects its status socket as fd 3; the runtime passes fd 3 on.
+                "/bin/bash", "-c", f'exec "$@" 3>&{theirs.fileno()} {theirs.fileno()}>&-', "bash",
+                *self._backend.runtime_argv, "run", "--bundle", str(step_dir), "--preserve-fds", "1", name,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, pass_fds=(theirs.fileno(),), start_new_session=True)
+        except OSError as exc:
+            ours.close()
+            theirs.close()
+            raise SandboxUnavailable(f"cannot start {self._backend.runtime}: {exc}") from exc
+        theirs.close()
+        try:
+            return await self._supervise(proc, ours, name, cgroups_path, stdin, started,
+                                         started + timeout_s, output_limit)
+        finally:
+            ours.close()
+            if proc.returncode is None:
+                await self._backend.kill(name)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+    async def _supervise(self, proc, status_sock: socket.socket, name: str, cgroups_path: str,
+                         stdin: bytes, started: float, deadline: float, limit: int) -> StepResult:
+        stdout, stderr = CappedBuffer(limit), CappedBuffer(limit)
+        flooded = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        status_sock.setblocking(False)
+
+        async def feed() -> None:
+            try:
+                if stdin:
+                    proc.stdin.write(stdin)
+                    await proc.stdin.drain()
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the program did not read all of it
+            finally:
+                with contextlib.suppress(OSError):
+                    proc.stdin.close()
+
+        async def drain(stream: asyncio.StreamReader, buf: CappedBuffer) -> None:
+            # Past the cap keep reading (and dropping): the runtime may be copying the
+            # container's output, and it cannot exit while blocked on a full pipe.
+            while chunk := await stream.read(1 << 16):
+                if not buf.write(chunk):
+                    flooded.set()
+
+        async def status() -> str:
+            data = b""
+            while not data.endswith(b"\n"):
+                chunk = await loop.sock_recv(status_sock, 256)
+                if not chunk:
+                    break
+                data += chunk
+            return data.decode(errors="replace").strip()
+
+        feeder = asyncio.create_task(feed())
+        drains = [asyncio.create_task(drain(proc.stdout, stdout)),
+                  asyncio.create_task(drain(proc.stderr, stderr))]
+        status_task = asyncio.create_task(status())
+        flood_task = asyncio.create_task(flooded.wait())
+        timed_out = False
+        try:
+            done, _ = await asyncio.wait({status_task, flood_task},
+                                         timeout=max(0.0, deadline - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            line = status_task.result() if status_task in done else ""
+            if line:
+                # init waits for us: read the cgroup before it (and its cgroup) goes away.
+                self._facts = cgroup_memory_facts(cgroups_path)
+            status_sock.close()  # lets init exit
+            if flooded.is_set() or not done:
+                timed_out = not done
+                await self._backend.kill(name)
+            remaining = max(0.5, deadline - time.monotonic() + 1.0)
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=remaining)
+            except asyncio.TimeoutError:
+                await self._backend.kill(name)
+                await proc.wait()
+            # The pipes close once every process of the container is gone.
+            await asyncio.wait(drains, timeout=2.0)
+        finally:
+            for task in (feeder, *drains, status_task, flood_task):
+                task.cancel()
+        wall = time.monotonic() - started
+        if timed_out:
+            return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
+                              stdout.truncated, stderr.truncated)
+        exit_code = _parse_status(line)
+        if flooded.is_set():
+            exit_code = -9
+        elif exit_code is None:
+            code = proc.returncode if proc.returncode is not None else -9
+            if code == 127 and not line:
+                raise BackendError(f"{self._backend.runtime} could not start the sandbox: "
+                                   f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
+            exit_code = -(code - 128) if 128 < code <= 192 else code
+        return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
+                          stdout.truncated, stderr.truncated)
+
+
+def _parse_status(line: str) -> int | None:
+    parts = line.split()
+    if len(parts) >= 2 and parts[0] in ("exit", "signal") and parts[1].lstrip("-").isdigit():
+        return int(parts[1]) if parts[0] == "exit" else -int(parts[1])
+    return None
+
+
+class OciBackend:
+    name = "oci"
+
+    def __init__(self, runtime: str, instance: str = "default",
+                 state_dir: Path = Path("/var/lib/llm-sandbox"),
+                 run_dir: Path = Path("/run/llm-sandbox")) -> None:
+        self.runtime = runtime
+        self.instance = instance
+        self.run_dir = run_dir / instance
+        self.runtime_root = run_dir / f"{instance}.{Path(runtime).name}"
+        self.runtime_argv = [runtime, "--root", str(self.runtime_root)]
+        self.cgroup_parent = f"llm-sandbox-{instance}"
+        self.rootfs = RootfsStore(state_dir / "rootfs")
+        self.swap_accounting = _swap_accounting()
+
+    @property
+    def description(self) -> str:
+        return f"oci ({Path(self.runtime).name})"
+
+    async def kill(self, name: str) -> None:
+        proc = await asyncio.create_subprocess_exec(
+            *self.runtime_argv, "kill", name, "KILL",
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        await proc.wait()
+
+    @asynccontextmanager
+    async def open(self, image: str, limits: Limits) -> AsyncIterator[OciSandbox]:
+        rootfs, env = await asyncio.to_thread(self.rootfs.prepare, image)
+        job_id = uuid.uuid4().hex[:12]
+        box = OciSandbox(self, job_id, rootfs, env, limits)
+        size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
+        try:
+            box.workdir.mkdir(parents=True)
+            _mount_tmpfs(box.workdir, f"size={size_mb}m,mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}")
+        except OSError as exc:
+            shutil.rmtree(box.bundle_dir, ignore_errors=True)
+            raise SandboxUnavailable(f"cannot make a work directory (the OCI backend needs root): {exc}") from exc
+        try:
+            yield box
+        finally:
+            _umount(box.workdir)
+            shutil.rmtree(box.bundle_dir, ignore_errors=True)
+
+    def _remove_leftovers(self) -> int:
+        removed = 0
+        if self.runtime_root.is_dir():
+            listing = subprocess.run([*self.runtime_argv, "list", "-q"], capture_output=True, text=True)
+            for name in listing.stdout.split():
+                subprocess.run([*self.runtime_argv, "delete", "--force", name], capture_output=True)
+                removed += 1
+        if self.run_dir.is_dir():
+            for job in self.run_dir.iterdir():
+                _umount(job / "work")
+                shutil.rmtree(job, ignore_errors=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        return removed
+
+    async def remove_leftovers(self) -> int:
+        return await asyncio.to_thread(self._remove_leftovers)
+
+    async def missing_images(self, images: Sequence[str]) -> list[str]:
+        return await asyncio.to_thread(self.rootfs.missing, images)
+
+    async def warm(self, images: Sequence[str]) -> None:
+        """Unpack every image's root filesystem ahead of the first request that needs it."""
+        for image in images:
+            try:
+                await asyncio.to_thread(self.rootfs.prepare, image)
+            except BackendError as exc:
+                log.warning("cannot prepare %s: %s", image, exc)
+
+    async def close(self) -> None:
+        pass
+
+
+def oci_problem(runtime: str) -> str | None:
+    """Why the OCI backend cannot run here, or None. Cheap checks only (no container)."""
+    if os.geteuid() != 0:
+        return "the OCI backend needs root (it mounts work directories and creates cgroups)"
+    if shutil.which(runtime) is None:
+        return f"{runtime} is not installed (apt-get install {Path(runtime).name})"
+    if Path(runtime).name == "crun" and (CGROUP_ROOT / "unified").is_mount() \
+            and (CGROUP_ROOT / "memory").is_dir():
+        return "crun refuses hybrid cgroup v1/v2 hosts like this one"
+    return None
+
+

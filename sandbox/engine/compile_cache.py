@@ -1,0 +1,86 @@
+"""Content-addressed cache of compile steps.
+
+verl sends the same program once per test case, so without a cache a C++ or Rust program is
+compiled again for every case. The key covers everything that decides the result: language,
+image, compile command, source and input files. The value is what the compile produced
+inside a sandbox (its new files, e.g. ``main`` or ``Main.class``) plus its exit code and
+messages. Deterministic failures (a compile error) are cached too, so a broken program is
+refused without starting any sandbox; timeouts, OOM kills and sandbox errors are not.
+
+Bounded by total bytes held (``SANDBOX_COMPILE_CACHE_MB``), evicted least recently used.
+Concurrent requests for one key wait for the first compile instead of compiling in parallel
+(single flight). It lives in the server's memory: restart the server after rebuilding images.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from .models import Job, StepResult
+
+
+@dataclass(frozen=True)
+class CachedCompile:
+    step: StepResult
+    artifacts: dict[str, bytes]
+    executables: frozenset[str]
+
+    @property
+    def size(self) -> int:
+        return sum(len(v) for v in self.artifacts.values()) + len(self.step.stdout) + len(self.step.stderr) + 256
+
+
+def compile_key(job: Job) -> str:
+    spec = job.spec
+    digest = hashlib.sha256()
+    for part in (spec.language, spec.image, "\0".join(spec.compile or ()), spec.source):
+        digest.update(part.encode() + b"\x00")
+    digest.update(hashlib.sha256(job.code.encode()).digest())
+    for name in sorted(job.files):
+        digest.update(name.encode() + b"\x00" + hashlib.sha256(job.files[name]).digest())
+    return digest.hexdigest()
+
+
+class CompileCache:
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, CachedCompile] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future] = {}
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+
+    async def claim(self, key: str) -> tuple[CachedCompile | None, bool]:
+        """(entry, owner). With no entry and ``owner`` True, the caller compiles and must call
+        ``release``; with no entry and ``owner`` False, another compile of this key just failed
+        in a way not worth caching, and the caller compiles on its own."""
+        waited = False
+        while True:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return entry, False
+            pending = self._inflight.get(key)
+            if pending is None:
+                self.misses += 1
+                if waited:
+                    return None, False
+                self._inflight[key] = asyncio.get_running_loop().create_future()
+                return None, True
+            await asyncio.shield(pending)
+            waited = True
+
+    def release(self, key: str, entry: CachedCompile | None) -> None:
+        if entry is not None and entry.size <= self.max_bytes:
+            self._entries[key] = entry
+            self.bytes += entry.size
+            while self.bytes > self.max_bytes:
+                _, evicted = self._entries.popitem(last=False)
+                self.bytes -= evicted.size
+        pending = self._inflight.pop(key, None)
+        if pending is not None and not pending.done():
+            pending.set_result(None)
