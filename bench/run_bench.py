@@ -5,10 +5,15 @@ Targets (any number, measured one after another under the same load):
   docker-run                      the naive path: `docker run --rm` of the language image per program
   bare                            the floor: the toolchain as a bare host process, no isolation
 
-Workloads: hello world per language (--languages). For each target, language and
-concurrency (--concurrency 1,4,8) it sends --requests programs and reports p50/p99 latency,
-throughput and machine CPU seconds per request (all processes: server, daemon, containers).
-Writes a table to stdout, JSON to bench/results/<stamp>.json and, with matplotlib, a PNG.
+Workloads (--workloads), per language (--languages):
+  hello     the same hello-world program every time
+  verl      verl's pattern: one program, a different stdin per request (one request per test case)
+  distinct  a different program every time (nothing can be reused between requests)
+For each target, workload, language and concurrency (--concurrency 1,4,8) it sends --requests
+programs and reports p50/p99 latency, throughput, machine CPU per request (all processes:
+server, daemon, containers) and, for servers that send Server-Timing, the server's own
+overhead (client latency minus the time spent in sandboxes). Writes a table to stdout, JSON to
+bench/results/<stamp>.json and, with matplotlib, a PNG.
 
     python bench/run_bench.py --targets url:http://127.0.0.1:8080 docker-run bare \
         --languages python cpp --concurrency 1,4,8 --requests 40
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -44,36 +50,68 @@ HELLO = {
     "rust": 'fn main() { println!("hello"); }',
     "sql": "SELECT 'hello';",
 }
+SUM = {  # verl-like: read two numbers, print their sum
+    "python": "a, b = map(int, input().split())\nprint(a + b)",
+    "cpp": "#include <bits/stdc++.h>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << '\\n'; }",
+    "java": "import java.util.*;\npublic class Main { public static void main(String[] x) { Scanner s = new Scanner(System.in); System.out.println(s.nextLong() + s.nextLong()); } }",
+    "nodejs": "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number); console.log(a + b);",
+    "go": 'package main\nimport "fmt"\nfunc main() { var a, b int64; fmt.Scan(&a, &b); fmt.Println(a + b) }',
+    "rust": "use std::io::Read;\nfn main() { let mut s = String::new(); std::io::stdin().read_to_string(&mut s).unwrap(); let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect(); println!(\"{}\", v[0] + v[1]); }",
+    "sql": "SELECT a + b FROM t;",
+}
+COMMENT = {"python": "# {}", "cpp": "// {}", "java": "// {}", "nodejs": "// {}", "go": "// {}",
+           "rust": "// {}", "sql": "-- {}"}
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+_counter = iter(range(1 << 62))
 
 
-def run_url(url: str, language: str, code: str) -> bool:
+def make_case(workload: str, language: str) -> tuple[str, str, str]:
+    """(code, stdin, expected stdout) of the next request."""
+    n = next(_counter)
+    if workload == "verl":
+        a, b = n, 2 * n + 1
+        stdin = f"CREATE TABLE t(a, b); INSERT INTO t VALUES ({a}, {b});" if language == "sql" else f"{a} {b}\n"
+        return SUM[language], stdin, f"{a + b}\n"
+    code = HELLO[language]
+    if workload == "distinct":
+        code += "\n" + COMMENT[language].format(f"{os.getpid()}-{n}-{time.time_ns()}")
+    return code, "", "hello\n"
+
+
+def run_url(url: str, language: str, code: str, stdin: str, expected: str) -> tuple[bool, float | None]:
     body = {"code": code, "language": language, "compile_timeout": 30, "run_timeout": 30,
-            "memory_limit_MB": 1024, "stdin": None, "files": {}, "fetch_files": []}
+            "memory_limit_MB": 1024, "stdin": stdin or None, "files": {}, "fetch_files": []}
     response = requests.post(f"{url.rstrip('/')}/run_code", json=body, timeout=120)
     result = response.json()
-    return result.get("status") == "Success" and result["run_result"]["stdout"] == "hello\n"
+    engine_ms = None
+    for part in response.headers.get("Server-Timing", "").split(","):
+        name, _, value = part.strip().partition(";dur=")
+        if name == "engine" and value:
+            engine_ms = float(value)
+    ok = result.get("status") == "Success" and result["run_result"]["stdout"] == expected
+    return ok, engine_ms
 
 
 def _shell_for(spec) -> str:
     steps = []
     if spec.compile:
         steps.append(" ".join(spec.compile))
-    steps.append(" ".join(spec.run) + " < /dev/null")
+    steps.append(" ".join(spec.run))
     return " && ".join(steps)
 
 
-def run_docker(spec, code: str) -> bool:
-    """The naive path: write the source into the container through stdin, then compile and run."""
-    script = f"cat > {spec.source} && {_shell_for(spec)}"
+def run_docker(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
+    """The naive path: one `docker run --rm` per program, the source in an environment
+    variable, compile and run in the container, the program's stdin piped in."""
+    script = f'printf "%s" "$SOURCE" > {spec.source} && {_shell_for(spec)}'
     proc = subprocess.run(
         ["docker", "run", "--rm", "-i", "--network", "none", "--memory", "1g", "--memory-swap", "1g",
          "--cpus", "1", "--pids-limit", "256", "--read-only", "--tmpfs", "/sandbox:rw,exec,size=256m,uid=65534",
          "--tmpfs", "/tmp:rw,exec,size=256m,mode=1777", "--user", "65534:65534", "-w", "/sandbox",
          "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--init", "-e", "HOME=/tmp",
-         "--log-driver", "none", spec.image, "sh", "-c", script],
-        input=code.encode(), capture_output=True, timeout=120)
-    return proc.stdout == b"hello\n"
+         "--log-driver", "none", "-e", f"SOURCE={code}", spec.image, "sh", "-c", script],
+        input=stdin.encode(), capture_output=True, timeout=120)
+    return proc.stdout.decode(errors="replace") == expected, None
 
 
 BARE = {  # host toolchains, when present: the floor with no isolation at all
@@ -104,14 +142,18 @@ def bare_available(language: str) -> bool:
     return all(host_binary(argv[0]) for argv in (compile_argv, run_argv) if argv and argv[0] != "./main")
 
 
-def run_bare(spec, code: str) -> bool:
+def run_bare(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
+    """The floor: compile (every time) and run on the host, no isolation, no cache."""
     compile_argv, run_argv = map(_resolve, BARE[spec.language])
     with tempfile.TemporaryDirectory() as tmp:
         Path(tmp, spec.source).write_text(code)
         if compile_argv and subprocess.run(compile_argv, cwd=tmp, capture_output=True).returncode:
-            return False
-        out = subprocess.run(run_argv, cwd=tmp, capture_output=True, stdin=subprocess.DEVNULL)
-        return out.stdout == b"hello\n"
+            return False, None
+        if spec.language == "sql":
+            run_argv = [run_argv[0], "-bail", ":memory:"]
+            stdin = stdin + "\n" + code
+        out = subprocess.run(run_argv, cwd=tmp, capture_output=True, input=stdin.encode())
+        return out.stdout.decode(errors="replace") == expected, None
 
 
 def machine_cpu_seconds() -> float:
@@ -119,24 +161,28 @@ def machine_cpu_seconds() -> float:
     return t.user + t.system + getattr(t, "nice", 0.0)
 
 
-def measure(fn, requests_n: int, concurrency: int) -> dict:
+def measure(fn, workload: str, language: str, requests_n: int, concurrency: int) -> dict:
     latencies: list[float] = []
+    overheads: list[float] = []
     failures = 0
 
     def one(_):
+        case = make_case(workload, language)
         started = time.perf_counter()
         try:
-            ok = fn()
+            ok, engine_ms = fn(*case)
         except Exception:  # noqa: BLE001 - a failed request is counted, not fatal
-            ok = False
-        return time.perf_counter() - started, ok
+            ok, engine_ms = False, None
+        return time.perf_counter() - started, ok, engine_ms
 
-    fn()  # warm-up: caches, images, JIT
+    fn(*make_case(workload, language))  # warm-up: page cache, images, compile cache for 'verl'
     cpu0, wall0 = machine_cpu_seconds(), time.perf_counter()
     with ThreadPoolExecutor(concurrency) as pool:
-        for latency, ok in pool.map(one, range(requests_n)):
+        for latency, ok, engine_ms in pool.map(one, range(requests_n)):
             latencies.append(latency)
             failures += 0 if ok else 1
+            if engine_ms is not None:
+                overheads.append(latency * 1000 - engine_ms)
     wall = time.perf_counter() - wall0
     cpu = machine_cpu_seconds() - cpu0
     latencies.sort()
@@ -145,6 +191,7 @@ def measure(fn, requests_n: int, concurrency: int) -> dict:
         "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
         "throughput_rps": requests_n / wall,
         "cpu_ms_per_request": cpu / requests_n * 1000,
+        "overhead_ms": statistics.median(overheads) if overheads else None,
         "failures": failures,
     }
 
@@ -153,6 +200,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", nargs="+", default=["url:http://127.0.0.1:8080", "docker-run", "bare"])
     parser.add_argument("--languages", nargs="+", default=["python"])
+    parser.add_argument("--workloads", nargs="+", default=["hello"], choices=["hello", "verl", "distinct"])
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=40, help="requests per cell")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/<time>.json)")
@@ -162,33 +210,37 @@ def main() -> int:
 
     rows = []
     for target in args.targets:
-        for language in args.languages:
-            spec, code = registry.get(language), HELLO[language]
-            if target.startswith("url:"):
-                url = target[4:]
-                fn = lambda url=url, language=language, code=code: run_url(url, language, code)  # noqa: E731
-            elif target == "docker-run":
-                fn = lambda spec=spec, code=code: run_docker(spec, code)  # noqa: E731
-            elif target == "bare":
-                if not bare_available(language):
-                    print(f"skip bare {language}: toolchain not on this host", file=sys.stderr)
-                    continue
-                fn = lambda spec=spec, code=code: run_bare(spec, code)  # noqa: E731
-            else:
-                parser.error(f"unknown target {target}")
-            for level in levels:
-                stats = measure(fn, args.requests, level)
-                rows.append({"target": target, "language": language, "concurrency": level, **stats})
-                print(f"{target:32} {language:7} c={level:<3} p50 {stats['p50_ms']:8.1f} ms  "
-                      f"p99 {stats['p99_ms']:8.1f} ms  {stats['throughput_rps']:7.2f} req/s  "
-                      f"cpu {stats['cpu_ms_per_request']:7.1f} ms/req  failures {stats['failures']}",
-                      flush=True)
+        for workload in args.workloads:
+            for language in args.languages:
+                spec = registry.get(language)
+                if target.startswith("url:"):
+                    fn = partial(run_url, target[4:], language)
+                elif target == "docker-run":
+                    fn = partial(run_docker, spec)
+                elif target == "bare":
+                    if not bare_available(language):
+                        print(f"skip bare {language}: toolchain not on this host", file=sys.stderr)
+                        continue
+                    fn = partial(run_bare, spec)
+                else:
+                    parser.error(f"unknown target {target}")
+                for level in levels:
+                    stats = measure(fn, workload, language, args.requests, level)
+                    rows.append({"target": target, "workload": workload, "language": language,
+                                 "concurrency": level, **stats})
+                    overhead = stats["overhead_ms"]
+                    print(f"{target:28} {workload:8} {language:7} c={level:<3} p50 {stats['p50_ms']:8.1f} ms"
+                          f"  p99 {stats['p99_ms']:8.1f} ms  {stats['throughput_rps']:7.2f} req/s"
+                          f"  cpu {stats['cpu_ms_per_request']:7.1f} ms/req"
+                          f"  overhead {'-' if overhead is None else f'{overhead:.1f} ms'}"
+                          f"  failures {stats['failures']}", flush=True)
 
-    print("\n| target | language | concurrency | p50 ms | p99 ms | req/s | CPU ms/req | failures |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| target | workload | language | concurrency | p50 ms | p99 ms | req/s | CPU ms/req | server overhead ms | failures |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['target']} | {r['language']} | {r['concurrency']} | {r['p50_ms']:.1f} | "
-              f"{r['p99_ms']:.1f} | {r['throughput_rps']:.2f} | {r['cpu_ms_per_request']:.1f} | {r['failures']} |")
+        overhead = "-" if r["overhead_ms"] is None else f"{r['overhead_ms']:.1f}"
+        print(f"| {r['target']} | {r['workload']} | {r['language']} | {r['concurrency']} | {r['p50_ms']:.1f} | "
+              f"{r['p99_ms']:.1f} | {r['throughput_rps']:.2f} | {r['cpu_ms_per_request']:.1f} | {overhead} | {r['failures']} |")
 
     RESULTS_DIR.mkdir(exist_ok=True)
     out = Path(args.out) if args.out else RESULTS_DIR / time.strftime("%Y%m%d-%H%M%S.json")
@@ -204,9 +256,9 @@ def main() -> int:
         print("(install matplotlib for a PNG chart)")
         return 0
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for (target, language) in dict.fromkeys((r["target"], r["language"]) for r in rows):
-        cells = [r for r in rows if r["target"] == target and r["language"] == language]
-        label = f"{target} {language}"
+    for key in dict.fromkeys((r["target"], r["workload"], r["language"]) for r in rows):
+        cells = [r for r in rows if (r["target"], r["workload"], r["language"]) == key]
+        label = " ".join(key)
         axes[0].plot([c["concurrency"] for c in cells], [c["p50_ms"] for c in cells], marker="o", label=label)
         axes[1].plot([c["concurrency"] for c in cells], [c["throughput_rps"] for c in cells], marker="o", label=label)
     axes[0].set(xlabel="concurrency", ylabel="p50 latency (ms)", yscale="log", title="latency")

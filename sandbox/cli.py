@@ -27,7 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         import uvicorn
 
         from .api import create_app
+        from .engine.backends.oci import leave_hybrid_cgroups
 
+        if settings.backend != "docker":
+            leave_hybrid_cgroups()  # before any thread starts: unshare() needs a single thread
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         uvicorn.run(create_app(settings), host=args.host or settings.host,
                     port=args.port or settings.port, log_level="info")

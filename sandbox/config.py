@@ -43,6 +43,13 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(
         default_factory=_default_concurrency, ge=1,
         description="Containers running at once; further requests wait in a queue.")
+    max_queue: int = Field(
+        1024, ge=0, description="Requests that may wait for a sandbox; beyond it: HTTP 504 at once.")
+    queue_timeout_s: float = Field(
+        9.0, gt=0,
+        description="Longest wait for a sandbox before HTTP 504 + Retry-After. verl gives up "
+                    "after compile_timeout + run_timeout + 10 s and retries only 504, so a "
+                    "wait under 10 s always leaves the program its full time.")
     max_memory_mb: int = Field(
         4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
     max_timeout_s: float = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -101,21 +102,21 @@ def backend_name(request, docker_ready) -> str:
     return request.param
 
 
-@pytest.fixture(scope="session")
-def server(backend_name, tmp_path_factory) -> str:
-    """Base URL of a real server process. On teardown: no container of ours may be left."""
+@contextlib.contextmanager
+def running_server(log_dir: Path, **settings: str):
+    """A real server process with SANDBOX_* ``settings``; yields its base URL. On exit: no
+    sandbox of its instance may be left (Docker containers, OCI containers, work directories)."""
     port = _free_port()
     instance = f"pytest-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
-           "SANDBOX_BACKEND": backend_name,
-           "SANDBOX_MAX_CONCURRENCY": "4", "SANDBOX_OUTPUT_LIMIT_BYTES": str(4 << 20)}
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
+           **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}}
+    log_path = log_dir / f"server-{instance}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while True:
             try:
                 if requests.get(f"{url}/v1/ping", timeout=1).json() == "pong":
@@ -133,6 +134,14 @@ def server(backend_name, tmp_path_factory) -> str:
     assert not leftovers, f"containers left behind: {[c['Names'] for c in leftovers]}"
     oci_left = _oci_leftovers(instance)
     assert not oci_left, f"OCI sandboxes left behind: {oci_left}"
+
+
+@pytest.fixture(scope="session")
+def server(backend_name, tmp_path_factory) -> str:
+    """Base URL of a real server process on ``backend_name``."""
+    with running_server(tmp_path_factory.mktemp("server"), backend=backend_name, max_concurrency=4,
+                        output_limit_bytes=4 << 20) as url:
+        yield url
 
 
 @pytest.fixture(scope="session")

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from contextlib import asynccontextmanager
 from typing import Annotated
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from .. import __version__
 from ..config import Settings, get_settings
-from ..engine import Engine
+from ..engine import Engine, Overloaded
 from ..engine.compile_cache import CompileCache
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
@@ -44,7 +45,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     settings = settings or get_settings()
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     cache = CompileCache(settings.compile_cache_mb << 20) if settings.compile_cache_mb else None
-    engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache)
+    engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache,
+                    max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -96,17 +98,43 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             "detail": "invalid request: " + "; ".join(problems),
             "errors": jsonable_errors(exc)})
 
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, exc: Overloaded):
+        # 504 is what verl retries (after 1 s, then 2 s); Retry-After says when.
+        return JSONResponse(status_code=504, headers={"Retry-After": "1"},
+                            content={"detail": f"sandbox busy: {exc}; retry shortly"})
+
     @app.exception_handler(InvalidRequest)
     async def invalid_request(request: Request, exc: InvalidRequest):
         return JSONResponse(status_code=422, content={"detail": str(exc)})
 
     @app.post("/run_code", response_model=RunCodeResponse, tags=["SandboxFusion"],
               summary="Run one program in a fresh sandbox",
-              responses={422: {"description": "The request cannot be run as asked; `detail` says why."}})
-    async def run_code(req: RunCodeRequest, services: ServicesDep) -> RunCodeResponse:
+              responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
+                         504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
+    async def run_code(req: RunCodeRequest, services: ServicesDep, response: Response) -> RunCodeResponse:
+        started = time.perf_counter()
         job = build_job(req, services.registry, services.settings)
+        engine_started = time.perf_counter()
         result = await services.engine.run(job)
-        return to_response(result, job, req.fetch_files)
+        engine_s = time.perf_counter() - engine_started
+        body = to_response(result, job, req.fetch_files)
+        total_s = time.perf_counter() - started
+        # What the sandbox took vs. what the handler added around it (queue wait counts as engine).
+        response.headers["Server-Timing"] = (
+            f"engine;dur={engine_s * 1000:.2f}, handler;dur={(total_s - engine_s) * 1000:.2f}")
+        return body
+
+    @app.get("/v1/queue", tags=["Operations"], summary="Sandboxes running and requests waiting")
+    async def queue(services: ServicesDep) -> dict:
+        engine = services.engine
+        cache = engine.compile_cache
+        return {"running": engine.running, "waiting": engine.waiting,
+                "max_concurrency": engine.max_concurrency, "max_queue": engine.max_queue,
+                "backend": getattr(engine.backend, "description", engine.backend.name),
+                "compile_cache": None if cache is None else {
+                    "entries": cache.entries, "bytes": cache.bytes,
+                    "hits": cache.hits, "misses": cache.misses}}
 
     @app.get("/v1/ping", tags=["SandboxFusion"], summary="Liveness")
     async def ping() -> str:

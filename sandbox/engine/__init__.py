@@ -1,6 +1,6 @@
 """Jobs in, results out. The door is ``Engine.run(job)``."""
 
-from .engine import Engine
+from .engine import Engine, Overloaded
 from .models import Job, JobResult, Limits, StepResult, StepStatus
 
-__all__ = ["Engine", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]
+__all__ = ["Engine", "Overloaded", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]

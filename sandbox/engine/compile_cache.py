@@ -53,6 +53,10 @@ class CompileCache:
         self.hits = 0
         self.misses = 0
 
+    @property
+    def entries(self) -> int:
+        return len(self._entries)
+
     async def claim(self, key: str) -> tuple[CachedCompile | None, bool]:
         """(entry, owner). With no entry and ``owner`` True, the caller compiles and must call
         ``release``; with no entry and ``owner`` False, another compile of this key just failed

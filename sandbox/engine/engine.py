@@ -23,12 +23,19 @@ OOM_SLACK_BYTES = 1 << 20
 MAX_ARTIFACT_BYTES = 256 << 20
 
 
+class Overloaded(RuntimeError):
+    """The job could not start in time: the queue was full, or it waited too long."""
+
+
 class Engine:
     def __init__(self, backend: Backend, max_concurrency: int,
-                 compile_cache: CompileCache | None = None) -> None:
+                 compile_cache: CompileCache | None = None, max_queue: int = 1024,
+                 queue_timeout_s: float = 9.0) -> None:
         self.backend = backend
         self.max_concurrency = max_concurrency
         self.compile_cache = compile_cache
+        self.max_queue = max_queue
+        self.queue_timeout_s = queue_timeout_s
         self._gate = asyncio.Semaphore(max_concurrency)
         self.waiting = 0
         self.running = 0
@@ -50,9 +57,13 @@ class Engine:
             self.compile_cache.release(key, entry)
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False):
+        if self._gate.locked() and self.waiting >= self.max_queue:
+            raise Overloaded(f"{self.waiting} requests are already waiting")
         self.waiting += 1
         try:
-            await self._gate.acquire()
+            await asyncio.wait_for(self._gate.acquire(), self.queue_timeout_s)
+        except asyncio.TimeoutError:
+            raise Overloaded(f"no sandbox free within {self.queue_timeout_s:g} s") from None
         finally:
             self.waiting -= 1
         self.running += 1

@@ -1,0 +1,77 @@
+"""Start a process with posix_spawn, its stdio on pipes and one extra descriptor as fd 3.
+
+asyncio's subprocess support cannot place a descriptor at a chosen number; a shell could
+(``3>&N``), at the cost of an extra exec per sandbox step. posix_spawn does it for free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from dataclasses import dataclass
+
+
+@dataclass
+class Child:
+    pid: int
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+    _exited: asyncio.Future
+    returncode: int | None = None
+
+    async def wait(self) -> int:
+        if self.returncode is None:
+            self.returncode = await asyncio.shield(self._exited)
+        return self.returncode
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, 9)
+
+
+async def _reader(fd: int) -> asyncio.StreamReader:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=1 << 20)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
+    return reader
+
+
+async def _writer(fd: int) -> asyncio.StreamWriter:
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.streams.FlowControlMixin(), os.fdopen(fd, "wb", 0))
+    return asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+async def spawn(argv: list[str], fd3: int, env: dict[str, str]) -> Child:
+    """Run ``argv`` (argv[0] an absolute path) in a new session with ``fd3`` as its fd 3."""
+    loop = asyncio.get_running_loop()
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
+            (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
+            (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, fd3, 3)])
+    except OSError:
+        for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    exited: asyncio.Future = loop.create_future()
+    pidfd = os.pidfd_open(pid)
+
+    def on_exit() -> None:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        if not exited.done():
+            exited.set_result(os.waitstatus_to_exitcode(status))
+
+    loop.add_reader(pidfd, on_exit)
+    return Child(pid, await _writer(in_w), await _reader(out_r), await _reader(err_r), exited)

@@ -1,0 +1,35 @@
+"""A full server answers 504 with Retry-After (what verl retries) instead of hanging."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import pytest
+import requests
+
+from ..conftest import running_server
+
+pytestmark = pytest.mark.docker
+
+
+def test_busy_server_answers_504_then_recovers(docker_ready, tmp_path):
+    with running_server(tmp_path, max_concurrency=1, queue_timeout_s=0.5) as url:
+        def post(code, timeout=10):
+            return requests.post(f"{url}/run_code", json={"code": code, "language": "python",
+                                                           "run_timeout": timeout}, timeout=30)
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(post, "import time\ntime.sleep(3)\nprint('slept')")
+            time.sleep(1.0)  # the slow one holds the only sandbox
+            queue = requests.get(f"{url}/v1/queue", timeout=5).json()
+            assert queue["running"] == 1 and queue["max_concurrency"] == 1
+            busy = post("print('hi')")
+            assert busy.status_code == 504
+            assert busy.headers["Retry-After"] == "1"
+            assert "busy" in busy.json()["detail"]
+            assert slow.result().json()["run_result"]["stdout"] == "slept\n"
+        ok = post("print('hi')")
+        assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "hi\n"
+        timing = ok.headers["Server-Timing"]
+        assert timing.startswith("engine;dur=") and "handler;dur=" in timing
