@@ -76,8 +76,10 @@ class Settings(BaseSettings):
         "default",
         description="Name of this server among those sharing one Docker daemon; at start-up "
                     "it removes containers a previous server of the same name left behind.")
-    docker_stop_grace_s: float = Field(
-        5.0, ge=0, description="Extra seconds a Docker call may take before it is abandoned.")
+    docker_warm_pool: int = Field(
+        2, ge=0,
+        description="docker backend: started, never-used containers kept ready per image and "
+                    "limits, so a request does not wait for a container to start; 0 turns it off.")
 
 
 @lru_cache(maxsize=1)

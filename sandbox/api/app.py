@@ -132,6 +132,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         return {"running": engine.running, "waiting": engine.waiting,
                 "max_concurrency": engine.max_concurrency, "max_queue": engine.max_queue,
                 "backend": getattr(engine.backend, "description", engine.backend.name),
+                "warm_pool": engine.backend.warm_sizes() if hasattr(engine.backend, "warm_sizes") else None,
                 "compile_cache": None if cache is None else {
                     "entries": cache.entries, "bytes": cache.bytes,
                     "hits": cache.hits, "misses": cache.misses}}

@@ -33,3 +33,29 @@ def test_busy_server_answers_504_then_recovers(docker_ready, tmp_path):
         assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "hi\n"
         timing = ok.headers["Server-Timing"]
         assert timing.startswith("engine;dur=") and "handler;dur=" in timing
+
+
+def test_docker_warm_pool_serves_prestarted_single_use_containers(docker_ready, tmp_path):
+    import docker
+
+    client = docker.from_env()
+    with running_server(tmp_path, backend="docker", docker_warm_pool=2) as url:
+        def post(code):
+            return requests.post(f"{url}/run_code", json={"code": code, "language": "python"},
+                                 timeout=30).json()
+
+        def warm_count():
+            return sum(requests.get(f"{url}/v1/queue", timeout=5).json()["warm_pool"].values())
+
+        assert post("print(1)")["run_result"]["stdout"] == "1\n"  # first: a cold start
+        deadline = time.monotonic() + 20
+        while warm_count() < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert warm_count() == 2
+        queue_state = requests.get(f"{url}/v1/queue", timeout=5).json()
+        ready = {c["Id"][:12] for c in client.api.containers(
+            filters={"label": "llm-sandbox.managed=1", "status": "running"})}
+        used = [post(f"print({i})")["sandbox_id"] for i in range(2)]
+        assert set(used) <= ready, (used, ready, queue_state)
+        assert len(set(used)) == 2  # never reused
+    client.close()

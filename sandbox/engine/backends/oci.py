@@ -64,6 +64,7 @@ SECCOMP_PROFILE = _seccomp_profile()
 INIT = "/usr/local/bin/sandbox-init"
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
+INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _libc = ctypes.CDLL(None, use_errno=True)
 # The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
@@ -141,13 +142,19 @@ class RootfsStore:
             self._client = docker.from_env(timeout=600)
         return self._client
 
+    def known(self, image: str) -> tuple[Path, list[str]] | None:
+        """The prepared root of ``image`` if its tag was checked recently, without blocking."""
+        known = self._known.get(image)
+        if known and time.monotonic() - known[0] < self.TAG_TTL_S:
+            return known[1], known[2]
+        return None
+
     def prepare(self, image: str) -> tuple[Path, list[str]]:
         """(root filesystem folder, environment) of ``image``; exports it on first use."""
         import docker.errors
 
-        known = self._known.get(image)
-        if known and time.monotonic() - known[0] < self.TAG_TTL_S:
-            return known[1], known[2]
+        if known := self.known(image):
+            return known
 
         try:
             info = self._docker().api.inspect_image(image)
@@ -226,7 +233,11 @@ class OciSandbox:
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
         try:
-            await asyncio.to_thread(safe_files.write_files, self.workdir, files, SANDBOX_UID, executables)
+            if sum(map(len, files.values())) <= INLINE_IO_BYTES:  # a thread hop costs more
+                safe_files.write_files(self.workdir, files, SANDBOX_UID, executables)
+            else:
+                await asyncio.to_thread(safe_files.write_files, self.workdir, files, SANDBOX_UID,
+                                        executables)
         except OSError as exc:
             raise BackendError(f"could not write files into the sandbox: {exc}") from exc
 
@@ -458,7 +469,7 @@ class OciBackend:
 
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[OciSandbox]:
-        rootfs, env = await asyncio.to_thread(self.rootfs.prepare, image)
+        rootfs, env = self.rootfs.known(image) or await asyncio.to_thread(self.rootfs.prepare, image)
         job_id = uuid.uuid4().hex[:12]
         box = OciSandbox(self, job_id, rootfs, env, limits)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))

@@ -21,7 +21,8 @@ def oci_candidates(settings: Settings) -> list[str]:
 
 
 def make_docker(settings: Settings) -> DockerBackend:
-    return DockerBackend(instance=settings.instance, max_workers=settings.max_concurrency * 2 + 4)
+    return DockerBackend(instance=settings.instance, max_workers=settings.max_concurrency * 2 + 4,
+                         warm_per_key=settings.docker_warm_pool)
 
 
 def choose_backend(settings: Settings) -> Backend:
