@@ -66,7 +66,7 @@ def _debootstrap_and_import(api: docker.APIClient) -> None:
                           "run `apt-get install -y debootstrap` (as root) and try again")
     with tempfile.TemporaryDirectory(prefix="sandbox-rootfs-") as tmp:
         root = Path(tmp) / "root"
-        say(f"[rootfs] debootstrap --variant=minbase trixie (about 30 s)")
+        say("[rootfs] debootstrap --variant=minbase trixie (about 30 s)")
         proc = subprocess.run(
             ["debootstrap", "--variant=minbase", "trixie", str(root), DEBIAN_MIRROR],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -1,8 +1,8 @@
-"""Compile an OCI seccomp profile to a BPF program once, with libseccomp, for crun to load.
+"""The sandboxes' seccomp profile, and its BPF compilation for crun.
 
 runc and crun compile ``linux.seccomp`` on every container start (~4 ms of CPU each time,
 a third of crun's start-up here). crun also accepts the finished program in the annotation
-``run.oci.seccomp_bpf_data``, so the server compiles it once at start-up.
+``run.oci.seccomp_bpf_data``, so the server compiles it once at start-up with libseccomp.
 """
 
 from __future__ import annotations
@@ -10,8 +10,29 @@ from __future__ import annotations
 import base64
 import ctypes
 import ctypes.util
+import json
 import os
+import platform
 import tempfile
+from pathlib import Path
+
+NATIVE_SECCOMP_ARCH = {"x86_64": "SCMP_ARCH_X86_64", "aarch64": "SCMP_ARCH_AARCH64"}
+
+
+def _seccomp_profile() -> dict:
+    """Docker's default profile (as its daemon resolves it for a container without
+    capabilities), minus io_uring and ptrace, for the native architecture only: system calls
+    made through another ABI (i386, x32) are refused outright, and the filter compiles ~3x
+    faster."""
+    profile = json.loads((Path(__file__).parent / "seccomp.json").read_text())
+    native = NATIVE_SECCOMP_ARCH.get(platform.machine())
+    if native:
+        profile["architectures"] = [native]
+    return profile
+
+
+SECCOMP_PROFILE = _seccomp_profile()
+SECCOMP_PROFILE_JSON = json.dumps(SECCOMP_PROFILE)
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 SCMP_ACT_KILL_PROCESS = 0x80000000
