@@ -63,6 +63,8 @@ class Settings(BaseSettings):
     output_limit_bytes: int = Field(
         8 * MiB, ge=1024,
         description="Per-stream cap on stdout/stderr; a program that passes it is stopped.")
+    max_body_bytes: int = Field(
+        128 * MiB, ge=1024, description="Largest request body accepted; larger ones get HTTP 413.")
     max_request_files_bytes: int = Field(
         64 * MiB, ge=0, description="Total decoded size of `files` a request may send.")
     max_fetch_bytes: int = Field(

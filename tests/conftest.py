@@ -102,38 +102,48 @@ def backend_name(request, docker_ready) -> str:
     return request.param
 
 
-@contextlib.contextmanager
-def running_server(log_dir: Path, **settings: str):
-    """A real server process with SANDBOX_* ``settings``; yields its base URL. On exit: no
-    sandbox of its instance may be left (Docker containers, OCI containers, work directories)."""
+def start_server(log_dir: Path, instance: str, **settings) -> tuple[subprocess.Popen, str]:
+    """Start a real server process with SANDBOX_* ``settings``; return it and its URL once it answers."""
     port = _free_port()
-    instance = f"pytest-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
            **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}}
-    log_path = log_dir / f"server-{instance}.log"
+    log_path = log_dir / f"server-{instance}-{port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if requests.get(f"{url}/v1/ping", timeout=1).json() == "pong":
-                    break
-            except requests.RequestException:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"server did not start:\n{log_path.read_text()[-3000:]}")
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if requests.get(f"{url}/v1/ping", timeout=1).json() == "pong":
+                return proc, url
+        except requests.RequestException:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"server did not start:\n{log_path.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def assert_nothing_left(instance: str) -> None:
     leftovers = _our_containers(instance)
     assert not leftovers, f"containers left behind: {[c['Names'] for c in leftovers]}"
     oci_left = _oci_leftovers(instance)
     assert not oci_left, f"OCI sandboxes left behind: {oci_left}"
+
+
+@contextlib.contextmanager
+def running_server(log_dir: Path, instance: str | None = None, **settings):
+    """A real server process; yields its base URL. On exit: no sandbox of its instance may be
+    left (Docker containers, OCI containers, work directories)."""
+    instance = instance or f"pytest-{uuid.uuid4().hex[:8]}"
+    proc, url = start_server(log_dir, instance, **settings)
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert_nothing_left(instance)
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,9 @@
  * init is not dumpable, so the program (same uid) cannot reach fd 3 through /proc/1/fd.
  * A PID 1 ignores signals it has no handler for, which is why the program is never PID 1:
  * its own SIGSEGV, SIGABRT or kill(getpid(), ...) must behave as anywhere else.
+ *
+ * --deadline-ms N is a backstop for the server's own deadline: should the server die
+ * mid-step, init exits N ms after it started, and with it everything in the sandbox.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -19,18 +22,43 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #define STATUS_FD 3
 
+static void deadline_passed(int sig, siginfo_t *info, void *context) {
+    (void)sig;
+    (void)context;
+    /* Only the timer counts: the program may send SIGALRM to PID 1 too, and must not be
+     * able to end its sandbox without a status that way. */
+    if (info->si_code != SI_KERNEL) return;
+    _exit(128 + SIGKILL); /* PID 1 gone: the kernel kills the rest of the namespace */
+}
+
 int main(int argc, char **argv) {
     int first = 1;
-    if (argc > 1 && strcmp(argv[1], "--") == 0) first = 2;
+    long deadline_ms = 0;
+    if (argc > 2 && strcmp(argv[first], "--deadline-ms") == 0) {
+        deadline_ms = strtol(argv[first + 1], NULL, 10);
+        first += 2;
+    }
+    if (first < argc && strcmp(argv[first], "--") == 0) first++;
     if (first >= argc) {
-        fprintf(stderr, "usage: sandbox-init [--] program [args...]\n");
+        fprintf(stderr, "usage: sandbox-init [--deadline-ms N] [--] program [args...]\n");
         return 127;
+    }
+    if (deadline_ms > 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = deadline_passed;
+        sa.sa_flags = SA_SIGINFO;
+        sigaction(SIGALRM, &sa, NULL);
+        struct itimerval timer = {{0, 0}, {deadline_ms / 1000, (deadline_ms % 1000) * 1000}};
+        setitimer(ITIMER_REAL, &timer, NULL);
     }
     int have_status_fd = fcntl(STATUS_FD, F_GETFD) != -1;
     if (have_status_fd) fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC);

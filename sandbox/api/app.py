@@ -19,6 +19,7 @@ from ..engine.compile_cache import CompileCache
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
+from .limits import BodySizeLimit
 from .schemas import RunCodeRequest, RunCodeResponse
 from .translate import InvalidRequest, build_job, to_response
 
@@ -87,6 +88,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     )
 
     app.state.services = Services(settings, registry, engine)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
@@ -140,6 +142,24 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @app.get("/v1/ping", tags=["SandboxFusion"], summary="Liveness")
     async def ping() -> str:
         return "pong"
+
+    @app.get("/healthz", tags=["Operations"], summary="Liveness: the server answers")
+    async def healthz() -> dict:
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["Operations"], summary="Readiness: backend reachable, images built",
+             responses={503: {"description": "Not ready; `problems` says why and what to do."}})
+    async def readyz(services: ServicesDep) -> JSONResponse:
+        backend = services.engine.backend
+        problems = []
+        try:
+            missing = await backend.missing_images([spec.image for spec in services.registry])
+            problems += [f"image {image} is not built; run `make images`" for image in missing]
+        except BackendError as exc:
+            problems.append(str(exc))
+        body = {"ready": not problems, "backend": getattr(backend, "description", backend.name),
+                "languages": services.registry.languages, "problems": problems}
+        return JSONResponse(status_code=200 if not problems else 503, content=body)
 
     return app
 

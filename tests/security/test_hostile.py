@@ -241,3 +241,21 @@ def test_files_from_one_request_are_invisible_to_the_next(run, still_alive):
     files = {"secret.txt": base64.b64encode(b"request one").decode()}
     assert probe(run, "print(open('secret.txt').read())", files=files) == "request one\n"
     assert probe(run, "import os\nprint(os.listdir('.'))") == "['main.py']\n"
+
+
+def test_signalling_pid_1_cannot_change_the_verdict(run, backend_name, still_alive):
+    """Forging: signals sent to PID 1 (init) neither end the sandbox early nor fake a status."""
+    code = ("import os, signal\n"
+            "for sig in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGKILL, signal.SIGCHLD):\n"
+            "    try:\n"
+            "        os.kill(1, sig)\n"
+            "    except OSError:\n"
+            "        pass\n"
+            "import time; time.sleep(0.3)\n"
+            "print('still here')\n"
+            "raise SystemExit(3)")
+    result = run(code, "python")
+    assert result["status"] == "Failed"
+    if backend_name == "oci":  # sandbox-init ignores them all: the program's own exit stands
+        assert result["run_result"]["return_code"] == 3
+        assert result["run_result"]["stdout"] == "still here\n"

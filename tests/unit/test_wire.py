@@ -99,3 +99,21 @@ def test_response_null_rules(client):
     ok = to_response(JobResult(compile=_step("Finished", 0), run=_step("Finished", 0)), job, [])
     assert ok.status == "Success" and ok.message == ""
     assert job.limits.memory_mb == 2048  # cpp's default when -1 is sent
+
+
+def test_oversized_bodies_get_413():
+    small = TestClient(create_app(Settings(max_body_bytes=4096)))
+    response = small.post("/run_code", json={"code": "x" * 10000, "language": "python"})
+    assert response.status_code == 413
+    assert "SANDBOX_MAX_BODY_BYTES" in response.json()["detail"]
+
+    def chunks():  # no Content-Length: the limit is counted as the body arrives
+        for _ in range(10):
+            yield b"x" * 1000
+
+    response = small.post("/run_code", content=chunks(), headers={"content-type": "application/json"})
+    assert response.status_code == 413
+
+
+def test_healthz(client):
+    assert client.get("/healthz").json() == {"status": "ok"}

@@ -315,6 +315,9 @@ class DockerBackend:
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[DockerSandbox]:
         container_id = self._take_warm(image, limits)
+        if container_id is not None and not await self.call(self._is_running, container_id):
+            await self.call(self._remove, container_id)  # killed or gone while it waited
+            container_id = None
         if container_id is None:
             container_id = await self.call(self._create, image, limits)
         try:
@@ -351,6 +354,12 @@ class DockerBackend:
             log.warning("could not refill the warm pool for %s: %s", image, exc)
         finally:
             self._refilling.pop(key, None)
+
+    def _is_running(self, container_id: str) -> bool:
+        try:
+            return bool(self.api.inspect_container(container_id)["State"]["Running"])
+        except docker.errors.NotFound:
+            return False
 
     def warm_sizes(self) -> dict[str, int]:
         return {f"{image} {limits.memory_mb}MB": len(ids) for (image, limits), ids in self._warm.items()}

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 INIT = "/usr/local/bin/sandbox-init"
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
+BACKSTOP_GRACE_S = 3.0
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -156,26 +157,36 @@ class RootfsStore:
         return target / "rootfs", env
 
     def _export(self, image: str, target: Path) -> None:
+        """Unpack into a private folder, then rename it into place: several servers (or an
+        image build beside a server) may export the same image at once."""
         log.info("unpacking %s into %s (once per image version)", image, target)
-        partial = target.with_name(target.name + ".partial")
-        shutil.rmtree(partial, ignore_errors=True)
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         (partial / "rootfs").mkdir(parents=True)
         api = self._docker().api
-        container = api.create_container(image, command=["true"], network_disabled=True)
         try:
-            tar = subprocess.Popen(["tar", "-x", "-C", str(partial / "rootfs")], stdin=subprocess.PIPE)
+            container = api.create_container(image, command=["true"], network_disabled=True)
             try:
-                for chunk in api.export(container["Id"]):
-                    tar.stdin.write(chunk)
+                tar = subprocess.Popen(["tar", "-x", "-C", str(partial / "rootfs")], stdin=subprocess.PIPE)
+                try:
+                    for chunk in api.export(container["Id"]):
+                        tar.stdin.write(chunk)
+                finally:
+                    tar.stdin.close()
+                    if tar.wait() != 0:
+                        raise BackendError(f"unpacking {image} failed")
             finally:
-                tar.stdin.close()
-                if tar.wait() != 0:
-                    raise BackendError(f"unpacking {image} failed")
+                api.remove_container(container["Id"], force=True)
+            (partial / ".complete").write_text(image + "\n")
+            if (target / ".complete").exists():
+                return  # another process finished first
+            shutil.rmtree(target, ignore_errors=True)
+            try:
+                partial.rename(target)
+            except OSError:
+                if not (target / ".complete").exists():
+                    raise
         finally:
-            api.remove_container(container["Id"], force=True)
-        (partial / ".complete").write_text(image + "\n")
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
+            shutil.rmtree(partial, ignore_errors=True)
 
     def missing(self, images: Sequence[str]) -> list[str]:
         import docker.errors
@@ -194,7 +205,7 @@ class RootfsStore:
                 (self._known[i] for i in images if i in self._known)}
         removed = []
         for entry in self.root.glob("*"):
-            if entry.name not in keep and not entry.name.endswith(".partial"):
+            if entry.name not in keep and ".partial-" not in entry.name:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         return removed
@@ -237,7 +248,7 @@ class OciSandbox:
     async def memory_facts(self) -> MemoryFacts:
         return self._facts
 
-    def _config(self, argv: Sequence[str], cgroups_path: str) -> dict:
+    def _config(self, argv: Sequence[str], cgroups_path: str, timeout_s: float) -> dict:
         limits = self._limits
         memory = limits.memory_mb * 1024 * 1024
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
@@ -253,7 +264,9 @@ class OciSandbox:
             "annotations": self._backend.seccomp_annotations,
             "process": {
                 "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
-                "args": [INIT, "--", *argv],
+                # init's own deadline, a backstop should this server die mid-step.
+                "args": [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)),
+                         "--", *argv],
                 "env": [*self._env, "HOME=/tmp"],
                 "cwd": WORKDIR,
                 "noNewPrivileges": True,
@@ -302,7 +315,7 @@ class OciSandbox:
         step_dir = self.bundle_dir / f"step{self._steps}"
         cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
         step_dir.mkdir()
-        (step_dir / "config.json").write_text(json.dumps(self._config(argv, cgroups_path)))
+        (step_dir / "config.json").write_text(json.dumps(self._config(argv, cgroups_path, timeout_s)))
         ours, theirs = socket.socketpair()
         started = time.monotonic()
         try:
@@ -393,13 +406,13 @@ class OciSandbox:
                               stdout.truncated, stderr.truncated)
         exit_code = _parse_status(line)
         if flooded.is_set():
-            exit_code = -9
+            exit_code = -9  # we stopped it
         elif exit_code is None:
-            code = proc.returncode if proc.returncode is not None else -9
-            if code == 127 and not line:
-                raise BackendError(f"{self._backend.runtime} could not start the sandbox: "
-                                   f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
-            exit_code = -(code - 128) if 128 < code <= 192 else code
+            # No word from sandbox-init: the runtime failed to start the sandbox (its message
+            # is on stderr), or init itself was killed. Either way not the program's verdict.
+            raise BackendError(f"{self._backend.runtime} ended the sandbox without a status "
+                               f"(exit {proc.returncode}): "
+                               f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
         return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
                           stdout.truncated, stderr.truncated)
 

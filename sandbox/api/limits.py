@@ -1,0 +1,41 @@
+"""ASGI middleware that refuses request bodies over a size limit with HTTP 413."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import HTTPException
+
+
+class BodySizeLimit:
+    def __init__(self, app, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    def _message(self) -> str:
+        return (f"request body larger than {self.max_bytes} bytes (SANDBOX_MAX_BODY_BYTES); "
+                f"send smaller files or stdin")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            body = json.dumps({"detail": self._message()}).encode()
+            await send({"type": "http.response.start", "status": 413,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:  # a chunked body with no Content-Length
+                    raise HTTPException(status_code=413, detail=self._message())
+            return message
+
+        await self.app(scope, limited_receive, send)

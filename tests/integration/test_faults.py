@@ -1,0 +1,105 @@
+"""Fault drills: the server killed mid-run, a sandbox killed from outside, an image missing."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import shutil
+import signal
+import time
+import uuid
+
+import docker
+import pytest
+import requests
+
+from ..conftest import _oci_leftovers, _our_containers, running_server, start_server
+
+pytestmark = pytest.mark.docker
+
+SLOW = "import time\nprint('started', flush=True)\ntime.sleep(60)"
+
+
+@pytest.mark.parametrize("backend", ["oci", "docker"])
+def test_server_killed_mid_run_leaves_nothing_after_restart(backend, docker_ready, tmp_path):
+    from ..conftest import _oci_problem
+
+    if backend == "oci" and _oci_problem():
+        pytest.skip(_oci_problem())
+    instance = f"pytest-kill-{uuid.uuid4().hex[:6]}"
+    proc, url = start_server(tmp_path, instance, backend=backend, max_concurrency=4)
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        pending = [pool.submit(requests.post, f"{url}/run_code", timeout=30,
+                               json={"code": SLOW, "language": "python", "run_timeout": 4})
+                   for _ in range(3)]
+        time.sleep(1.5)  # the three sandboxes are running
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for future in pending:
+            with pytest.raises(requests.RequestException):
+                future.result()
+    if backend == "oci":
+        # Without any restart, sandbox-init's backstop ends each sandbox at its deadline + grace.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _sleepers(instance):
+            time.sleep(0.5)
+        assert not _sleepers(instance)
+    else:
+        assert _our_containers(instance)  # the daemon keeps them until someone cleans up
+    with running_server(tmp_path, instance=instance, backend=backend) as url:
+        # The restarted server swept its predecessor's leftovers and works.
+        assert not _our_containers(instance)
+        assert not [p for p in _oci_leftovers(instance) if "/" in p]
+        ok = requests.post(f"{url}/run_code", json={"code": "print(1)", "language": "python"}, timeout=30)
+        assert ok.json()["run_result"]["stdout"] == "1\n"
+
+
+def _sleepers(instance: str) -> list[str]:
+    """OCI runtime processes still holding a sandbox of this instance (their bundle path names it)."""
+    import subprocess
+
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines()
+            if f"/{instance}/" in line and ("crun" in line or "runc" in line)]
+
+
+def test_container_killed_from_outside(docker_ready, tmp_path):
+    instance = f"pytest-ext-{uuid.uuid4().hex[:6]}"
+    with running_server(tmp_path, instance=instance, backend="docker") as url:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            future = pool.submit(requests.post, f"{url}/run_code", timeout=30,
+                                 json={"code": SLOW, "language": "python", "run_timeout": 10})
+            time.sleep(1.5)
+            client = docker.from_env()
+            # Kill every container of this server: the running job's and the warm pool's.
+            for c in client.api.containers(filters={"label": f"llm-sandbox.instance={instance}"}):
+                client.api.kill(c["Id"])
+            result = future.result().json()
+            client.close()
+        assert result["status"] in ("Failed", "SandboxError")
+        assert result["run_result"]["status"] != "TimeLimitExceeded"
+        # A dead warm container is noticed and replaced, not handed to the next request.
+        assert requests.post(f"{url}/run_code", json={"code": "print(2)", "language": "python"},
+                             timeout=30).json()["run_result"]["stdout"] == "2\n"
+
+
+def test_missing_image_makes_readyz_say_so_and_requests_fail_clearly(docker_ready, tmp_path):
+    from sandbox.config import REPO_ROOT
+
+    runtimes = tmp_path / "runtimes"
+    runtimes.mkdir()
+    shutil.copy(REPO_ROOT / "runtimes" / "python.toml", runtimes)
+    spec = (REPO_ROOT / "runtimes" / "sql.toml").read_text().replace("sandbox-sql:1", "sandbox-sql:not-built")
+    (runtimes / "sql.toml").write_text(spec)
+    with running_server(tmp_path, runtimes_dir=runtimes) as url:
+        ready = requests.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 503
+        assert ready.json()["problems"] == ["image sandbox-sql:not-built is not built; run `make images`"]
+        result = requests.post(f"{url}/run_code", json={"code": "SELECT 1;", "language": "sql"},
+                               timeout=30).json()
+        assert result["status"] == "SandboxError"
+        assert "make images" in result["message"]
+        assert requests.post(f"{url}/run_code", json={"code": "print(3)", "language": "python"},
+                             timeout=30).json()["run_result"]["stdout"] == "3\n"
+    with running_server(tmp_path) as url:
+        ready = requests.get(f"{url}/readyz", timeout=10)
+        assert ready.status_code == 200 and ready.json()["ready"] is True
