@@ -153,6 +153,17 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
     return failures
 
 
+def _prune_unpacked_roots(settings: Settings) -> None:
+    """The oci backend's unpacked roots of image versions just replaced are dead weight."""
+    from .engine.backends.oci import RootfsStore
+
+    store = RootfsStore(settings.state_dir / "rootfs")
+    if store.root.is_dir():
+        removed = store.prune()
+        if removed:
+            say(f"removed {len(removed)} unpacked root(s) of replaced image versions")
+
+
 def build_images(languages: list[str] | None, settings: Settings) -> int:
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     try:
@@ -179,6 +190,7 @@ def build_images(languages: list[str] | None, settings: Settings) -> int:
         say(str(exc))
         return 1
     failures = asyncio.run(smoke_test(specs, settings))
+    _prune_unpacked_roots(settings)
     say("")
     for spec in specs:
         mark = "FAILED" if spec.language in failures else "ok"

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import Depends, FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from .. import __version__
@@ -161,6 +162,18 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 "languages": services.registry.languages, "problems": problems}
         return JSONResponse(status_code=200 if not problems else 503, content=body)
 
+    def openapi_with_languages() -> dict:
+        # The served languages come from runtimes/*.toml: name them in the schema (clients and
+        # schema-driven fuzzers then know them), while unknown ones still get our readable 422.
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            request = schema["components"]["schemas"]["RunCodeRequest"]["properties"]["language"]
+            request["enum"] = registry.languages
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi_with_languages
     return app
 
 

@@ -1,7 +1,8 @@
 """Read a container's memory accounting straight from the host's cgroup files.
 
-Cheaper and more exact than asking the daemon (stats can take ~0.7 s). Works when the
-server runs on the container host; otherwise the backend falls back to its own API.
+Cheaper and more exact than asking the Docker daemon (stats can take ~0.7 s), and the only
+source for the OCI backend. Works when the server runs on the container host; otherwise the
+Docker backend falls back to the daemon's stats.
 """
 
 from __future__ import annotations
@@ -38,11 +39,28 @@ def _read_counter(path: Path, key: str) -> int | None:
     return None
 
 
+def _read_int(path: Path) -> int | None:
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
+    """Peak memory and OOM kills of a live container's cgroup, by its path (v1 or v2)."""
+    rel = cgroups_path.lstrip("/")
+    v1 = CGROUP_ROOT / "memory" / rel
+    if v1.is_dir():
+        return MemoryFacts(_read_int(v1 / "memory.max_usage_in_bytes"),
+                           _read_counter(v1 / "memory.oom_control", "oom_kill"))
+    v2 = CGROUP_ROOT / rel
+    return MemoryFacts(_read_int(v2 / "memory.peak"), _read_counter(v2 / "memory.events", "oom_kill"))
+
+
 def read_memory_facts(container_id: str) -> MemoryFacts | None:
+    """The same facts for a Docker container, wherever the daemon put its cgroup."""
     for folder, peak_file, events_file in _candidates(container_id):
-        try:
-            peak = int((folder / peak_file).read_text())
-        except (OSError, ValueError):
-            continue
-        return MemoryFacts(peak, _read_counter(folder / events_file, "oom_kill"))
+        peak = _read_int(folder / peak_file)
+        if peak is not None:
+            return MemoryFacts(peak, _read_counter(folder / events_file, "oom_kill"))
     return None

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 from .. import safe_files
-from ..cgroups import CGROUP_ROOT, MemoryFacts
+from ..cgroups import CGROUP_ROOT, MemoryFacts, cgroup_memory_facts
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from ..spawn import spawn
@@ -74,35 +74,6 @@ def _umount(target: Path) -> None:
 def _swap_accounting() -> bool:
     v1 = CGROUP_ROOT / "memory"
     return not v1.is_dir() or (v1 / "memory.memsw.limit_in_bytes").exists()
-
-
-def _read_int(path: Path) -> int | None:
-    try:
-        return int(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _read_key(path: Path, key: str) -> int | None:
-    try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
-                return int(value)
-    except (OSError, ValueError):
-        pass
-    return None
-
-
-def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
-    """Peak memory and OOM kills of a live container's cgroup (v1 or v2)."""
-    rel = cgroups_path.lstrip("/")
-    v1 = CGROUP_ROOT / "memory" / rel
-    if v1.is_dir():
-        return MemoryFacts(_read_int(v1 / "memory.max_usage_in_bytes"),
-                           _read_key(v1 / "memory.oom_control", "oom_kill"))
-    v2 = CGROUP_ROOT / rel
-    return MemoryFacts(_read_int(v2 / "memory.peak"), _read_key(v2 / "memory.events", "oom_kill"))
 
 
 class RootfsStore:
@@ -151,8 +122,8 @@ class RootfsStore:
         with self._guard:
             lock = self._locks.setdefault(str(target), threading.Lock())
         with lock:
-            if not (target / ".complete").exists():
-                self._export(image, target)
+            if not (target / ".complete").exists() or not (target / "rootfs" / INIT.lstrip("/")).exists():
+                self._export(image, target)  # missing, half-made, or damaged from outside
         self._known[image] = (time.monotonic(), target / "rootfs", env)
         return target / "rootfs", env
 
@@ -177,7 +148,7 @@ class RootfsStore:
             finally:
                 api.remove_container(container["Id"], force=True)
             (partial / ".complete").write_text(image + "\n")
-            if (target / ".complete").exists():
+            if (target / ".complete").exists() and (target / "rootfs" / INIT.lstrip("/")).exists():
                 return  # another process finished first
             shutil.rmtree(target, ignore_errors=True)
             try:
@@ -199,13 +170,21 @@ class RootfsStore:
                 missing.append(image)
         return missing
 
-    def prune(self, images: Sequence[str]) -> list[str]:
-        """Remove unpacked roots of image versions that ``images`` no longer name."""
-        keep = {rootfs.parent.name for _, rootfs, _ in
-                (self._known[i] for i in images if i in self._known)}
+    def prune(self) -> list[str]:
+        """Remove unpacked roots of image versions Docker no longer has under any tag.
+
+        Run by ``make images`` after a build, not by servers: several servers may share this
+        folder, each knowing only its own languages."""
+        import docker.errors
+
+        try:
+            tagged = {image["Id"].split(":")[-1][:16]
+                      for image in self._docker().api.images() if image.get("RepoTags")}
+        except docker.errors.DockerException:
+            return []
         removed = []
         for entry in self.root.glob("*"):
-            if entry.name not in keep and ".partial-" not in entry.name:
+            if entry.name not in tagged and ".partial-" not in entry.name:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         return removed
@@ -508,9 +487,6 @@ class OciBackend:
                 await asyncio.to_thread(self.rootfs.prepare, image)
             except BackendError as exc:
                 log.warning("cannot prepare %s: %s", image, exc)
-        removed = await asyncio.to_thread(self.rootfs.prune, images)
-        if removed:
-            log.info("removed %d unpacked root(s) of older image versions", len(removed))
 
     async def close(self) -> None:
         pass

@@ -1,0 +1,203 @@
+"""Soak run: thousands of mixed requests, some hostile, at high concurrency against one server.
+
+Reports requests sent and answered, HTTP errors, wrong verdicts (each request knows the
+verdict it must get), sandboxes leaked afterwards, and the server's memory over the run.
+
+    python bench/soak.py --url http://127.0.0.1:8080 --instance default --requests 3000 --concurrency 32
+
+--instance is the server's SANDBOX_INSTANCE (to count its leftovers); --server-pid (found
+from the port when omitted) is the process whose memory is sampled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from urllib.parse import urlparse
+
+import psutil
+import requests
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+
+def _sum(lang):
+    return {
+        "python": "a, b = map(int, input().split())\nprint(a + b)",
+        "cpp": "#include <bits/stdc++.h>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<'\\n';}",
+        "java": "import java.util.*;\npublic class Main{public static void main(String[] x){Scanner s=new Scanner(System.in);System.out.println(s.nextLong()+s.nextLong());}}",
+        "go": 'package main\nimport "fmt"\nfunc main(){var a,b int64;fmt.Scan(&a,&b);fmt.Println(a+b)}',
+        "rust": "use std::io::Read;\nfn main(){let mut s=String::new();std::io::stdin().read_to_string(&mut s).unwrap();let v:Vec<i64>=s.split_whitespace().map(|x|x.parse().unwrap()).collect();println!(\"{}\",v[0]+v[1]);}",
+        "nodejs": "const [a,b]=require('fs').readFileSync(0,'utf8').trim().split(/\\s+/).map(Number);console.log(a+b);",
+    }[lang]
+
+
+def make_request(rng: random.Random) -> tuple[str, dict, callable]:
+    """(kind, body, check) where check(response_json) -> True when the verdict is right."""
+    kind = rng.choices(
+        ["sum", "wrong", "timeout", "memory", "fork", "flood", "network", "compile_error", "sql"],
+        weights=[50, 10, 6, 6, 3, 4, 6, 8, 7])[0]
+    a, b = rng.randint(-10**6, 10**6), rng.randint(-10**6, 10**6)
+    if kind == "sum":
+        lang = rng.choice(["python", "cpp", "java", "go", "rust", "nodejs"])
+        body = {"code": _sum(lang), "language": lang, "stdin": f"{a} {b}\n"}
+        return kind, body, lambda r: r["status"] == "Success" and r["run_result"]["stdout"] == f"{a + b}\n"
+    if kind == "wrong":
+        body = {"code": "a, b = map(int, input().split())\nprint(a - b)", "language": "python", "stdin": f"{a} {b}\n"}
+        return kind, body, lambda r: r["status"] == "Success" and r["run_result"]["stdout"] == f"{a - b}\n"
+    if kind == "timeout":
+        body = {"code": "while True:\n    pass", "language": "python", "run_timeout": 1}
+        return kind, body, lambda r: r["status"] == "Failed" and r["run_result"]["status"] == "TimeLimitExceeded"
+    if kind == "memory":
+        body = {"code": "x = b'x' * (400 << 20)", "language": "python", "memory_limit_MB": 128}
+        return kind, body, lambda r: r["status"] == "Failed" and r["oom_killed"]
+    if kind == "fork":
+        body = {"code": "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+                "language": "python", "run_timeout": 2}
+        return kind, body, lambda r: r["status"] == "Failed"
+    if kind == "flood":
+        body = {"code": "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", "language": "python"}
+        return kind, body, lambda r: r["status"] == "Failed" and r["run_result"]["stdout_truncated"]
+    if kind == "network":
+        body = {"code": "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=2); print('open')\n"
+                        "except OSError:\n    print('blocked')", "language": "python"}
+        return kind, body, lambda r: r["run_result"]["stdout"] == "blocked\n"
+    if kind == "compile_error":
+        body = {"code": f"int main() {{ return {rng.choice(['x', 'y', 'z'])}; }}", "language": "cpp"}
+        return kind, body, lambda r: r["status"] == "Failed" and r["run_result"] is None
+    body = {"code": "SELECT a * b FROM t;", "language": "sql",
+            "stdin": f"CREATE TABLE t(a, b); INSERT INTO t VALUES ({a}, {b});"}
+    return kind, body, lambda r: r["status"] == "Success" and r["run_result"]["stdout"] == f"{a * b}\n"
+
+
+def server_pid(url: str) -> int | None:
+    port = urlparse(url).port
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+            return conn.pid
+    return None
+
+
+def leftovers(instance: str) -> dict[str, int]:
+    counts = {"docker_containers": 0, "oci_work_dirs": 0}
+    try:
+        import docker
+
+        client = docker.from_env()
+        counts["docker_containers"] = len(client.api.containers(
+            all=True, filters={"label": [f"llm-sandbox.instance={instance}"]}))
+        client.close()
+    except Exception:  # noqa: BLE001 - no daemon: nothing to count there
+        pass
+    run_dir = Path("/run/llm-sandbox") / instance
+    if run_dir.is_dir():
+        counts["oci_work_dirs"] = sum(1 for _ in run_dir.iterdir())
+    return counts
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser.add_argument("--instance", default="default")
+    parser.add_argument("--server-pid", type=int)
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+
+    pid = args.server_pid or server_pid(args.url)
+    proc = psutil.Process(pid) if pid else None
+    rss_samples: list[float] = []
+    stop = threading.Event()
+
+    def sample_memory():
+        while not stop.is_set():
+            if proc is not None:
+                rss_samples.append(proc.memory_info().rss / 2**20)
+            stop.wait(1.0)
+
+    rng = random.Random(args.seed)
+    cases = [make_request(rng) for _ in range(args.requests)]
+    outcome: Counter = Counter()
+    wrong_by_kind: Counter = Counter()
+    http_codes: Counter = Counter()
+    latencies: list[float] = []
+    lock = threading.Lock()
+    session = threading.local()
+
+    def one(case):
+        kind, body, check = case
+        payload = {"compile_timeout": 10, "run_timeout": 5, "memory_limit_MB": 1024, "stdin": None,
+                   "files": {}, "fetch_files": [], **body}
+        if not hasattr(session, "s"):
+            session.s = requests.Session()
+        started = time.perf_counter()
+        for attempt in range(6):  # like verl: a 504 means "busy", wait Retry-After and retry
+            try:
+                response = session.s.post(f"{args.url}/run_code", json=payload, timeout=60)
+            except requests.RequestException:
+                with lock:
+                    outcome["lost"] += 1
+                return
+            if response.status_code != 504:
+                break
+            with lock:
+                outcome["retried_504"] += 1
+            time.sleep(float(response.headers.get("Retry-After", "1")) * (attempt + 1))
+        with lock:
+            latencies.append(time.perf_counter() - started)
+            http_codes[response.status_code] += 1
+            if response.status_code != 200:
+                outcome["http_error"] += 1
+                return
+            outcome["answered"] += 1
+            try:
+                right = check(response.json())
+            except (KeyError, TypeError, ValueError):
+                right = False
+            if not right:
+                outcome["wrong_verdict"] += 1
+                wrong_by_kind[kind] += 1
+
+    sampler = threading.Thread(target=sample_memory, daemon=True)
+    sampler.start()
+    started = time.perf_counter()
+    with ThreadPoolExecutor(args.concurrency) as pool:
+        list(pool.map(one, cases))
+    wall = time.perf_counter() - started
+    stop.set()
+    sampler.join()
+    time.sleep(2)  # let the last sandboxes be removed
+    left = leftovers(args.instance)
+
+    report = {
+        "requests_sent": args.requests, "answered_200": outcome["answered"],
+        "http_errors": dict(http_codes - Counter({200: http_codes[200]})),
+        "lost": outcome["lost"], "retried_after_504": outcome["retried_504"],
+        "wrong_verdicts": outcome["wrong_verdict"],
+        "wrong_by_kind": dict(wrong_by_kind), "leftovers": left,
+        "wall_s": round(wall, 1), "throughput_rps": round(args.requests / wall, 1),
+        "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
+        "server_rss_mb_first_last_max": [round(rss_samples[0], 1), round(rss_samples[-1], 1),
+                                         round(max(rss_samples), 1)] if rss_samples else None,
+        "mix": dict(Counter(kind for kind, _, _ in cases)),
+    }
+    print(json.dumps(report, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2))
+    clean = (outcome["lost"] == 0 and outcome["wrong_verdict"] == 0 and not report["http_errors"]
+             and not any(left.values()))
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
