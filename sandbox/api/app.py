@@ -61,8 +61,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
                             "SandboxError until then)", ", ".join(missing))
-            if engine.backend.name == "oci":
-                problem = await engine.probe(next(s for s in registry if s.image not in missing))
+            probe_spec = next((s for s in registry if s.image not in missing), None)
+            if engine.backend.name == "oci" and probe_spec is None:
+                log.error("no language image is built; run `make images`")
+            elif engine.backend.name == "oci":
+                problem = await engine.probe(probe_spec)
                 if problem and backend is None and settings.backend == "auto":
                     log.warning("oci backend failed its probe (%s); using the docker backend", problem)
                     engine.backend = make_docker(settings)
@@ -71,8 +74,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                     log.error("oci backend failed its probe: %s", problem)
                 else:
                     warming = asyncio.create_task(engine.backend.warm([s.image for s in registry]))
-        except (BackendError, StopIteration) as exc:
-            log.error("container backend not ready: %s", exc or "no language image is built")
+        except BackendError as exc:
+            log.error("container backend not ready: %s", exc)
         log.info("serving %s with the %s backend, %d sandboxes at once",
                  ", ".join(registry.languages), getattr(engine.backend, "description", engine.backend.name),
                  settings.max_concurrency)

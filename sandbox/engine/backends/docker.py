@@ -329,16 +329,16 @@ class DockerBackend:
     def _take_warm(self, image: str, limits: Limits) -> str | None:
         if self.warm_per_key <= 0:
             return None
-        key = (image, limits)
+        # What the container is made with; timeouts and output caps do not matter here.
+        key = (image, limits.memory_mb, limits.cpus, limits.pids, limits.workdir_mb, limits.network)
         warm = self._warm.pop(key, [])
         self._warm[key] = warm  # most recently used last
         taken = warm.pop(0) if warm else None
         if key not in self._refilling and not self._closing:
-            self._refilling[key] = asyncio.create_task(self._refill(key))
+            self._refilling[key] = asyncio.create_task(self._refill(key, image, limits))
         return taken
 
-    async def _refill(self, key: tuple) -> None:
-        image, limits = key
+    async def _refill(self, key: tuple, image: str, limits: Limits) -> None:
         try:
             while not self._closing and key in self._warm and len(self._warm[key]) < self.warm_per_key:
                 container_id = await self.call(self._create, image, limits)
@@ -362,7 +362,7 @@ class DockerBackend:
             return False
 
     def warm_sizes(self) -> dict[str, int]:
-        return {f"{image} {limits.memory_mb}MB": len(ids) for (image, limits), ids in self._warm.items()}
+        return {f"{key[0]} {key[1]}MB": len(ids) for key, ids in self._warm.items()}
 
     def _remove_leftovers(self) -> int:
         filters = {"label": [f"{LABEL_MANAGED}=1", f"{LABEL_INSTANCE}={self.instance}"]}

@@ -13,7 +13,8 @@ No daemon on the request path. Per job:
   open until the server has read the cgroup's memory facts;
 - isolation as with Docker: new mount/PID/IPC/UTS/network namespaces (no interfaces but a
   downed loopback), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
-  no-new-privileges, Docker's default seccomp filter (without io_uring), masked /proc paths.
+  no-new-privileges, Docker's default seccomp filter (without io_uring and ptrace; compiled
+  once to BPF for crun), masked /proc paths.
 """
 
 from __future__ import annotations
