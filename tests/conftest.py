@@ -102,11 +102,12 @@ def backend_name(request, docker_ready) -> str:
     return request.param
 
 
-def start_server(log_dir: Path, instance: str, **settings) -> tuple[subprocess.Popen, str]:
+def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
+                 **settings) -> tuple[subprocess.Popen, str]:
     """Start a real server process with SANDBOX_* ``settings``; return it and its URL once it answers."""
     port = _free_port()
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
-           **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}}
+           **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}, **(extra_env or {})}
     log_path = log_dir / f"server-{instance}-{port}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
@@ -133,11 +134,12 @@ def assert_nothing_left(instance: str) -> None:
 
 
 @contextlib.contextmanager
-def running_server(log_dir: Path, instance: str | None = None, **settings):
+def running_server(log_dir: Path, instance: str | None = None, extra_env: dict | None = None,
+                   **settings):
     """A real server process; yields its base URL. On exit: no sandbox of its instance may be
     left (Docker containers, OCI containers, work directories)."""
     instance = instance or f"pytest-{uuid.uuid4().hex[:8]}"
-    proc, url = start_server(log_dir, instance, **settings)
+    proc, url = start_server(log_dir, instance, extra_env, **settings)
     try:
         yield url
     finally:

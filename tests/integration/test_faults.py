@@ -103,3 +103,123 @@ def test_missing_image_makes_readyz_say_so_and_requests_fail_clearly(docker_read
     with running_server(tmp_path) as url:
         ready = requests.get(f"{url}/readyz", timeout=10)
         assert ready.status_code == 200 and ready.json()["ready"] is True
+
+
+class SocketProxy:
+    """A byte-for-byte proxy from a Unix socket of ours to the Docker daemon's, which the test
+    can cut (the daemon "goes away") and restore, without touching the real daemon."""
+
+    def __init__(self, path, target="/var/run/docker.sock"):
+        import socket as socket_module
+        import threading
+
+        self.path, self.target = str(path), target
+        self._socket, self._threading = socket_module, threading
+        self._conns: list = []
+        self._listener = None
+
+    def start(self):
+        s = self._socket.socket(self._socket.AF_UNIX)
+        import os
+
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+        s.bind(self.path)
+        s.listen(64)
+        self._listener = s
+        self._threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+
+    def _accept(self, listener):
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            upstream = self._socket.socket(self._socket.AF_UNIX)
+            upstream.connect(self.target)
+            self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src, dst):
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+            dst.shutdown(1)
+        except OSError:
+            pass
+
+    def stop(self):
+        self._listener.close()
+        for conn in self._conns:
+            try:
+                conn.shutdown(2)
+                conn.close()
+            except OSError:
+                pass
+        self._conns.clear()
+
+
+def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
+    """The daemon goes away mid-run: requests fail fast with SandboxError, /readyz says so, and
+    once it is back the server works again by itself and leaves nothing behind."""
+    proxy = SocketProxy(tmp_path / "docker.sock")
+    proxy.start()
+    env = {"DOCKER_HOST": f"unix://{tmp_path / 'docker.sock'}"}
+    with running_server(tmp_path, extra_env=env, backend="docker", docker_warm_pool=0) as url:
+        def post(code, **body):
+            return requests.post(f"{url}/run_code", timeout=60,
+                                 json={"code": code, "language": "python", **body}).json()
+
+        assert post("print(1)")["status"] == "Success"
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(post, SLOW, run_timeout=8)
+            time.sleep(1.5)
+            proxy.stop()
+            started = time.monotonic()
+            cut = in_flight.result()
+        # The run in flight ends no later than its own deadline, as a sandbox error.
+        assert cut["status"] == "SandboxError" and time.monotonic() - started < 10
+        started = time.monotonic()
+        refused = post("print(2)")
+        assert refused["status"] == "SandboxError" and "Docker" in refused["message"]
+        assert time.monotonic() - started < 5
+        assert requests.get(f"{url}/readyz", timeout=10).status_code == 503
+        proxy.start()
+        back = post("print(3)")
+        assert back["status"] == "Success" and back["run_result"]["stdout"] == "3\n"
+        assert requests.get(f"{url}/readyz", timeout=10).status_code == 200
+        time.sleep(1)
+    proxy.stop()
+
+
+def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
+    """The OCI runtime fails (removed, broken upgrade): requests fail fast with SandboxError,
+    and work again by themselves once it is back."""
+    from ..conftest import _oci_problem
+
+    if _oci_problem():
+        pytest.skip(_oci_problem())
+    real = shutil.which("crun")
+    if real is None:
+        pytest.skip("crun is not installed")
+    broken = tmp_path / "broken"
+    wrapper = tmp_path / "bin" / "crun"  # named crun: the server treats it as crun
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nif [ -e {broken} ]; then echo "crun: unavailable" >&2; exit 1; fi\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    with running_server(tmp_path, backend="oci", oci_runtime=str(wrapper)) as url:
+        def post(code):
+            return requests.post(f"{url}/run_code", timeout=60,
+                                 json={"code": code, "language": "python"}).json()
+
+        assert post("print(1)")["run_result"]["stdout"] == "1\n"
+        broken.touch()
+        started = time.monotonic()
+        failed = post("print(2)")
+        assert failed["status"] == "SandboxError" and "unavailable" in failed["message"]
+        assert time.monotonic() - started < 5
+        broken.unlink()
+        assert post("print(3)")["run_result"]["stdout"] == "3\n"

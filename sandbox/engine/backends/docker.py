@@ -238,6 +238,7 @@ class DockerBackend:
         self._warm: dict[tuple, list[str]] = {}
         self._refilling: dict[tuple, asyncio.Task] = {}
         self._closing = False
+        self._orphans: set[str] = set()  # containers a removal failed for (daemon away)
 
     @property
     def api(self) -> docker.APIClient:
@@ -301,6 +302,8 @@ class DockerBackend:
         except BaseException:
             self._remove(container["Id"])
             raise
+        if self._orphans:  # the daemon answers again: finish what it could not do before
+            self._remove_orphans()
         return container["Id"]
 
     def _remove(self, container_id: str) -> None:
@@ -309,8 +312,14 @@ class DockerBackend:
         except docker.errors.NotFound:
             pass
         except _DAEMON_ERRORS as exc:
-            # Left for the next start-up sweep (it carries our labels).
+            # Retried once the daemon answers again (and swept at start-up: it carries our labels).
             log.warning("could not remove container %s: %s", container_id[:12], exc)
+            self._orphans.add(container_id)
+
+    def _remove_orphans(self) -> None:
+        for container_id in list(self._orphans):
+            self._orphans.discard(container_id)
+            self._remove(container_id)
 
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[DockerSandbox]:
