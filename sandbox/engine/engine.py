@@ -42,13 +42,15 @@ class Engine:
 
     async def run(self, job: Job) -> JobResult:
         if job.spec.compile is None or self.compile_cache is None:
-            return await self._admitted(job, cached=None)
+            result, _ = await self._admitted(job, cached=None)
+            return result
         key = compile_key(job)
         cached, owner = await self.compile_cache.claim(key)
         if cached is not None and not cached.step.ok:
             return JobResult(compile=_replayed(cached))  # a known compile error: no sandbox needed
         if not owner:
-            return await self._admitted(job, cached=cached)
+            result, _ = await self._admitted(job, cached=cached)
+            return result
         entry = None
         try:
             result, entry = await self._admitted(job, cached=None, want_artifacts=True)
@@ -56,7 +58,9 @@ class Engine:
         finally:
             self.compile_cache.release(key, entry)
 
-    async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False):
+    async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False
+                        ) -> tuple[JobResult, CachedCompile | None]:
+        """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None)."""
         if self._gate.locked() and self.waiting >= self.max_queue:
             raise Overloaded(f"{self.waiting} requests are already waiting")
         self.waiting += 1
@@ -68,11 +72,10 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            result, entry = await self._run_in_sandbox(job, cached, want_artifacts)
+            return await self._run_in_sandbox(job, cached, want_artifacts)
         finally:
             self.running -= 1
             self._gate.release()
-        return (result, entry) if want_artifacts else result
 
     async def probe(self, spec: RuntimeSpec) -> str | None:
         """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
@@ -80,7 +83,7 @@ class Engine:
                         pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0)
         job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files={},
                   fetch_files=(), limits=limits)
-        result = await self._admitted(job, cached=None)
+        result, _ = await self._admitted(job, cached=None)
         if result.error:
             return result.error
         for step in (result.compile, result.run):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 import tarfile
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 
 def pack(files: dict[str, bytes], executables: frozenset[str] = frozenset()) -> bytes:
@@ -27,38 +27,36 @@ def pack(files: dict[str, bytes], executables: frozenset[str] = frozenset()) -> 
     return buf.getvalue()
 
 
-def unpack_regular_files(data: bytes, wanted: Iterable[str]) -> dict[str, bytes]:
-    """Regular files named in ``wanted`` from a tar stream. Symlinks, devices and folders are
-    skipped: a program cannot make us read anything through a link it created."""
-    wanted = set(wanted)
-    found: dict[str, bytes] = {}
+def _extract(data: bytes, keep: Callable[[str, tarfile.TarInfo], bool]
+             ) -> Iterator[tuple[str, tarfile.TarInfo, bytes]]:
+    """(name, member, content) of the members of a tar stream that ``keep`` accepts. An empty
+    or cut-off stream (every requested file missing, or over the limit) yields what it has."""
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
             for member in tar:
                 name = member.name.removeprefix("./")
-                if name in wanted and (member.isreg() or member.islnk()):
+                if keep(name, member):
                     extracted = tar.extractfile(member)
                     if extracted is not None:
-                        found[name] = extracted.read()
+                        yield name, member, extracted.read()
     except tarfile.ReadError:
-        pass  # an empty or cut-off stream (every requested file missing, or over the limit)
-    return found
+        return
+
+
+def unpack_regular_files(data: bytes, wanted: Iterable[str]) -> dict[str, bytes]:
+    """Regular files named in ``wanted`` from a tar stream. Symlinks, devices and folders are
+    skipped: a program cannot make us read anything through a link it created."""
+    wanted = set(wanted)
+    return {name: content for name, _, content in
+            _extract(data, lambda name, m: name in wanted and (m.isreg() or m.islnk()))}
 
 
 def unpack_outputs(data: bytes, exclude: set[str]) -> tuple[dict[str, bytes], set[str]]:
     """Every regular file of a tar stream but ``exclude``, and which of them are executable."""
     found: dict[str, bytes] = {}
     executables: set[str] = set()
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            for member in tar:
-                name = member.name.removeprefix("./")
-                if member.isreg() and name not in exclude:
-                    extracted = tar.extractfile(member)
-                    if extracted is not None:
-                        found[name] = extracted.read()
-                        if member.mode & 0o111:
-                            executables.add(name)
-    except tarfile.ReadError:
-        pass
+    for name, member, content in _extract(data, lambda name, m: m.isreg() and name not in exclude):
+        found[name] = content
+        if member.mode & 0o111:
+            executables.add(name)
     return found, executables

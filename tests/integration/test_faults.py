@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import shutil
 import signal
+import socket
+import subprocess
+import threading
 import time
 import uuid
 
@@ -12,7 +16,9 @@ import docker
 import pytest
 import requests
 
-from ..conftest import _oci_leftovers, _our_containers, running_server, start_server
+from sandbox.config import REPO_ROOT
+
+from ..conftest import _oci_leftovers, _oci_problem, _our_containers, running_server, start_server
 
 pytestmark = pytest.mark.docker
 
@@ -21,8 +27,6 @@ SLOW = "import time\nprint('started', flush=True)\ntime.sleep(60)"
 
 @pytest.mark.parametrize("backend", ["oci", "docker"])
 def test_server_killed_mid_run_leaves_nothing_after_restart(backend, docker_ready, tmp_path):
-    from ..conftest import _oci_problem
-
     if backend == "oci" and _oci_problem():
         pytest.skip(_oci_problem())
     instance = f"pytest-kill-{uuid.uuid4().hex[:6]}"
@@ -55,8 +59,6 @@ def test_server_killed_mid_run_leaves_nothing_after_restart(backend, docker_read
 
 def _sleepers(instance: str) -> list[str]:
     """OCI runtime processes still holding a sandbox of this instance (their bundle path names it)."""
-    import subprocess
-
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     return [line for line in out.splitlines()
             if f"/{instance}/" in line and ("crun" in line or "runc" in line)]
@@ -83,8 +85,6 @@ def test_container_killed_from_outside(docker_ready, tmp_path):
 
 
 def test_missing_image_makes_readyz_say_so_and_requests_fail_clearly(docker_ready, tmp_path):
-    from sandbox.config import REPO_ROOT
-
     runtimes = tmp_path / "runtimes"
     runtimes.mkdir()
     shutil.copy(REPO_ROOT / "runtimes" / "python.toml", runtimes)
@@ -110,24 +110,18 @@ class SocketProxy:
     can cut (the daemon "goes away") and restore, without touching the real daemon."""
 
     def __init__(self, path, target="/var/run/docker.sock"):
-        import socket as socket_module
-        import threading
-
         self.path, self.target = str(path), target
-        self._socket, self._threading = socket_module, threading
-        self._conns: list = []
+        self._conns: list[socket.socket] = []
         self._listener = None
 
     def start(self):
-        s = self._socket.socket(self._socket.AF_UNIX)
-        import os
-
+        s = socket.socket(socket.AF_UNIX)
         if os.path.exists(self.path):
             os.unlink(self.path)
         s.bind(self.path)
         s.listen(64)
         self._listener = s
-        self._threading.Thread(target=self._accept, args=(s,), daemon=True).start()
+        threading.Thread(target=self._accept, args=(s,), daemon=True).start()
 
     def _accept(self, listener):
         while True:
@@ -135,11 +129,11 @@ class SocketProxy:
                 client, _ = listener.accept()
             except OSError:
                 return
-            upstream = self._socket.socket(self._socket.AF_UNIX)
+            upstream = socket.socket(socket.AF_UNIX)
             upstream.connect(self.target)
             self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
-                self._threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(src, dst):
@@ -197,8 +191,6 @@ def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
 def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
     """The OCI runtime fails (removed, broken upgrade): requests fail fast with SandboxError,
     and work again by themselves once it is back."""
-    from ..conftest import _oci_problem
-
     if _oci_problem():
         pytest.skip(_oci_problem())
     real = shutil.which("crun")
