@@ -73,6 +73,8 @@ class Settings(BaseSettings):
         512, ge=0,
         description="Memory for the compile cache (compiled programs reused across requests "
                     "with the same code and files); 0 turns it off.")
+    max_tests: int = Field(
+        1000, ge=1, description="Most test cases one /v1/evaluate request may carry.")
     network: bool = Field(False, description="Give sandboxes a network. Leave off.")
     instance: str = Field(
         "default",

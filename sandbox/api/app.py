@@ -21,8 +21,10 @@ from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
 from .limits import BodySizeLimit
-from .schemas import RunCodeRequest, RunCodeResponse
-from .translate import InvalidRequest, build_job, to_response
+from ..judge import Judge
+from .schemas import EvaluateRequest, EvaluateResponse, RunCodeRequest, RunCodeResponse
+from .translate import (InvalidRequest, build_evaluation, build_job, to_evaluate_response,
+                        to_response)
 
 log = logging.getLogger("sandbox")
 
@@ -34,6 +36,7 @@ class Services:
         self.settings = settings
         self.registry = registry
         self.engine = engine
+        self.judge = Judge(engine)
 
 
 def _services(request: Request) -> Services:
@@ -131,6 +134,14 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             f"engine;dur={engine_s * 1000:.2f}, handler;dur={(total_s - engine_s) * 1000:.2f}")
         return body
 
+    @app.post("/v1/evaluate", response_model=EvaluateResponse, tags=["Evaluation"],
+              summary="Compile once, run every test case, return a verdict per test",
+              responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
+                         504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
+    async def evaluate(req: EvaluateRequest, services: ServicesDep) -> EvaluateResponse:
+        evaluation = build_evaluation(req, services.registry, services.settings)
+        return to_evaluate_response(await services.judge.evaluate(evaluation))
+
     @app.get("/v1/queue", tags=["Operations"], summary="Sandboxes running and requests waiting")
     async def queue(services: ServicesDep) -> dict:
         engine = services.engine
@@ -171,8 +182,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version,
                                  description=app.description, routes=app.routes)
-            request = schema["components"]["schemas"]["RunCodeRequest"]["properties"]["language"]
-            request["enum"] = registry.languages
+            for model in ("RunCodeRequest", "EvaluateRequest", "CheckerIn"):
+                schema["components"]["schemas"][model]["properties"]["language"]["enum"] = registry.languages
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -52,3 +52,99 @@ class RunCodeResponse(BaseModel):
     oom_killed: bool = Field(False, description="The out-of-memory killer stopped the program at its cap.")
     memory_limit_MB: int | None = Field(None, description="The memory cap applied.")
     sandbox_id: str | None = Field(None, description="Short id of the container that ran the job.")
+
+
+# --- POST /v1/evaluate: one program against many test cases -------------------------------
+
+class TestCaseIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stdin: str = Field("", description="Fed to the program (for `fn_name` tests: one JSON "
+                                       "argument per line, as verl sends them).")
+    expected_output: str | None = Field(
+        None, description="What stdout must be (by `compare`); null: any output passes if "
+                          "the program exits 0.")
+    assert_code: str | None = Field(
+        None, description="Interpreted languages: code appended to the program for this test "
+                          "only (verl's `assert_case`); passes when it exits 0.")
+
+
+class CheckerIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    language: str = Field(description="Any served language.")
+    code: str = Field(description="Gets three paths: input, program output, expected output "
+                                  "(testlib's order). Exit 0 accepts; what it prints is the message.")
+    files: dict[str, str | None] = Field(default_factory=dict, description="Base64 files for the checker.")
+    run_timeout: float = Field(10, description="Wall-clock limit of each check, seconds.")
+
+
+CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]
+
+
+class EvaluateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(description="The program text.")
+    language: str = Field(description="python, cpp, java, nodejs, go, rust or sql.")
+    tests: list[TestCaseIn] = Field(min_length=1, description="The test cases, run in order.")
+    compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
+    run_timeout: float = Field(10, description="Wall-clock limit of each test, seconds.")
+    memory_limit_MB: int = Field(-1, description="Memory cap of each test in MiB; -1: the language's default.")
+    files: dict[str, str | None] = Field(
+        default_factory=dict, description="Path -> base64 content, placed before compiling.")
+    fn_name: str | None = Field(
+        None, description="Python: call this function (or Solution().fn_name) with each test's "
+                          "JSON arguments and compare the JSON result (verl's `fn_name`).")
+    compare: CompareName = Field(
+        "exact", description="exact: equal except trailing newlines (verl's rule); tokens: equal "
+                             "as whitespace-separated tokens; float: tokens, numbers within "
+                             "rel_tol/abs_tol; sandboxfusion: SandboxFusion's line-wise, "
+                             "case-insensitive rule. Ignored when `checker` is given.")
+    rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance of `float` comparisons.")
+    abs_tol: float = Field(1e-6, ge=0, description="Absolute tolerance of `float` comparisons.")
+    checker: CheckerIn | None = Field(None, description="A program that decides each test instead of `compare`.")
+    stop_on_first_failure: bool = Field(
+        False, description="Stop at the first test that does not pass; the rest are `skipped`.")
+    total_timeout: float | None = Field(
+        None, description="Budget for all tests together, seconds; tests it leaves no time for are `skipped`.")
+    output_preview_bytes: int = Field(
+        1024, ge=0, le=1 << 20, description="How much of each test's stdout/stderr to return.")
+
+
+VerdictName = Literal["accepted", "wrong_answer", "time_limit", "memory_limit", "output_limit",
+                      "runtime_error", "compile_error", "skipped", "sandbox_error"]
+
+
+class TestCaseResult(BaseModel):
+    index: int
+    verdict: VerdictName
+    passed: bool
+    message: str = Field("", description="Why (first difference, signal, checker's words).")
+    exit_code: int | None = Field(None, description="Negative signal number when killed by a signal.")
+    signal: int | None = None
+    wall_time: float | None = Field(None, description="Seconds.")
+    cpu_time: float | None = Field(None, description="Seconds of CPU the test's process used.")
+    memory_peak_MB: float | None = None
+    stdout: str = Field("", description="The first `output_preview_bytes` of stdout.")
+    stderr: str = Field("", description="The first `output_preview_bytes` of stderr.")
+    stdout_truncated: bool = False
+
+
+class EvaluateResponse(BaseModel):
+    status: Literal["Finished", "SandboxError"] = Field(
+        description="Finished: every test has a verdict about the program; SandboxError: some "
+                    "verdict is a sandbox_error (retry).")
+    accepted: bool = Field(description="Every test passed.")
+    passed: int
+    total: int
+    verl_results: list[bool | int] = Field(
+        description="verl's per-case codes: true / false / -1 sandbox error / -2 runtime error "
+                    "(incl. memory and output limits) / -3 timeout / -4 compile error.")
+    message: str = ""
+    compile_result: CommandRunResult | None = None
+    checker_compile_result: CommandRunResult | None = None
+    tests: list[TestCaseResult]
+    total_time: float = Field(description="Seconds the evaluation took on the server.")
+    executor_pod_name: str | None = None
+    sandbox_id: str | None = None

@@ -12,7 +12,9 @@ from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
 from ..engine.output import decode_output
 from ..engine.paths import UnsafePath, check_no_overlap, confine
 from ..runtimes import RuntimeRegistry
-from .schemas import CommandRunResult, RunCodeRequest, RunCodeResponse
+from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, TestCase
+from .schemas import (CommandRunResult, EvaluateRequest, EvaluateResponse, RunCodeRequest,
+                      RunCodeResponse, TestCaseResult)
 
 MIN_MEMORY_MB = 16
 HOSTNAME = socket.gethostname()
@@ -163,3 +165,63 @@ def to_response(result: JobResult, job: Job, requested_fetch: list[str]) -> RunC
         memory_limit_MB=job.limits.memory_mb,
         sandbox_id=result.sandbox_id,
     )
+
+
+def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: Settings) -> Evaluation:
+    if len(req.tests) > settings.max_tests:
+        raise InvalidRequest(f"{len(req.tests)} tests is more than this server's limit of "
+                             f"{settings.max_tests} per request (SANDBOX_MAX_TESTS)")
+    job = build_job(RunCodeRequest(code=req.code, language=req.language, compile_timeout=req.compile_timeout,
+                                   run_timeout=req.run_timeout, memory_limit_MB=req.memory_limit_MB,
+                                   files=req.files), registry, settings)
+    if req.fn_name is not None:
+        if job.spec.language != "python":
+            raise InvalidRequest("fn_name (function-call tests) is for python programs only")
+        if not req.fn_name.isidentifier():
+            raise InvalidRequest(f"fn_name {req.fn_name!r} is not a Python identifier")
+    if any(t.assert_code is not None for t in req.tests):
+        if job.spec.compile is not None or job.spec.source not in job.spec.run:
+            raise InvalidRequest(f"assert_code tests need an interpreted language; "
+                                 f"{job.spec.language} is compiled")
+        if req.fn_name is not None:
+            raise InvalidRequest("a request has either fn_name tests or assert_code tests, not both")
+    if req.total_timeout is not None:
+        _timeout("total_timeout", req.total_timeout, settings)
+    checker = None
+    if req.checker is not None:
+        checker_job = build_job(RunCodeRequest(code=req.checker.code, language=req.checker.language,
+                                               compile_timeout=req.compile_timeout,
+                                               run_timeout=req.checker.run_timeout,
+                                               files=req.checker.files), registry, settings)
+        checker = Checker(checker_job, checker_job.limits.run_timeout_s)
+    tests = tuple(TestCase(stdin=t.stdin.encode(), expected_output=t.expected_output,
+                           assert_code=t.assert_code) for t in req.tests)
+    return Evaluation(job=job, tests=tests,
+                      comparison=Comparison(CompareMode(req.compare), req.rel_tol, req.abs_tol),
+                      checker=checker, fn_name=req.fn_name,
+                      stop_on_first_failure=req.stop_on_first_failure,
+                      total_timeout_s=req.total_timeout, preview_bytes=req.output_preview_bytes)
+
+
+def _mb(value: int | None) -> float | None:
+    return round(value / (1024 * 1024), 2) if value is not None else None
+
+
+def to_evaluate_response(result: EvaluationResult) -> EvaluateResponse:
+    from ..judge import Verdict
+
+    tests = [TestCaseResult(
+        index=o.index, verdict=o.verdict.value, passed=o.verdict is Verdict.ACCEPTED,
+        message=o.message, exit_code=o.exit_code, signal=o.signal, wall_time=o.wall_time_s,
+        cpu_time=o.cpu_time_s, memory_peak_MB=_mb(o.peak_memory_bytes),
+        stdout=decode_output(o.stdout), stderr=decode_output(o.stderr),
+        stdout_truncated=o.stdout_truncated) for o in result.outcomes]
+    broken = any(o.verdict is Verdict.SANDBOX_ERROR for o in result.outcomes)
+    return EvaluateResponse(
+        status="SandboxError" if broken else "Finished",
+        accepted=result.accepted, passed=result.passed, total=len(result.outcomes),
+        verl_results=[o.verdict.verl_code for o in result.outcomes],
+        message=result.message, compile_result=_step(result.compile),
+        checker_compile_result=_step(result.checker_compile), tests=tests,
+        total_time=round(result.total_time_s, 6), executor_pod_name=HOSTNAME,
+        sandbox_id=result.sandbox_id)

@@ -57,6 +57,21 @@ def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
     return MemoryFacts(_read_int(v2 / "memory.peak"), _read_counter(v2 / "memory.events", "oom_kill"))
 
 
+def reset_peak(cgroups_path: str) -> bool:
+    """Start a new peak measurement (cgroup v1: the peak becomes the current usage)."""
+    v1 = CGROUP_ROOT / "memory" / cgroups_path.lstrip("/") / "memory.max_usage_in_bytes"
+    try:
+        v1.write_text("0")
+        return True
+    except OSError:
+        return False
+
+
+def reset_docker_peak(container_id: str) -> bool:
+    """``reset_peak`` for a Docker container (cgroup v1 on this host; else no-op)."""
+    return reset_peak(f"docker/{container_id}")
+
+
 def read_memory_facts(container_id: str) -> MemoryFacts | None:
     """The same facts for a Docker container, wherever the daemon put its cgroup."""
     for folder, peak_file, events_file in _candidates(container_id):

@@ -11,11 +11,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from contextlib import asynccontextmanager
+from typing import AsyncIterator, Sequence
 
 from ..runtimes import RuntimeSpec
 from .backends.base import Backend, BackendError
 from .compile_cache import CachedCompile, CompileCache, compile_key
 from .models import Job, JobResult, Limits, StepResult, StepStatus
+from .runner_protocol import TestRun
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,12 @@ class Engine:
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False
                         ) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None)."""
+        async with self._slot():
+            return await self._run_in_sandbox(job, cached, want_artifacts)
+
+    @asynccontextmanager
+    async def _slot(self) -> AsyncIterator[None]:
+        """One of ``max_concurrency`` sandbox slots, waited for in a bounded queue."""
         if self._gate.locked() and self.waiting >= self.max_queue:
             raise Overloaded(f"{self.waiting} requests are already waiting")
         self.waiting += 1
@@ -72,10 +81,41 @@ class Engine:
             self.waiting -= 1
         self.running += 1
         try:
-            return await self._run_in_sandbox(job, cached, want_artifacts)
+            yield
         finally:
             self.running -= 1
             self._gate.release()
+
+    @asynccontextmanager
+    async def test_session(self, job: Job, budget_s: float) -> AsyncIterator["PreparedProgram"]:
+        """Compile ``job``'s program once (or replay it from the compile cache) in a fresh
+        sandbox and yield it ready to run test after test; ``budget_s`` bounds the session.
+
+        The sandbox, its slot and everything in it are gone when the block ends."""
+        cached = owner = None
+        key = None
+        if job.spec.compile is not None and self.compile_cache is not None:
+            key = compile_key(job)
+            cached, owner = await self.compile_cache.claim(key)
+            if cached is not None and not cached.step.ok:
+                yield PreparedProgram(job, _replayed(cached), None, None)
+                return
+        entry = None
+        try:
+            async with self._slot():
+                async with self.backend.open(job.spec.image, job.limits) as box:
+                    result = JobResult(sandbox_id=box.id[:12])
+                    ok, entry = await self._prepare(box, job, result, cached if not owner else None,
+                                                    want_artifacts=bool(owner))
+                    if not ok:
+                        yield PreparedProgram(job, result.compile, None, result.sandbox_id,
+                                              oom_killed=result.oom_killed)
+                        return
+                    async with box.test_session(budget_s) as session:
+                        yield PreparedProgram(job, result.compile, session, result.sandbox_id)
+        finally:
+            if owner and key is not None:
+                self.compile_cache.release(key, entry)
 
     async def probe(self, spec: RuntimeSpec) -> str | None:
         """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
@@ -94,31 +134,42 @@ class Engine:
             return f"{spec.language} smoke test printed the wrong output"
         return None
 
+    async def _prepare(self, box, job: Job, result: JobResult, cached: CachedCompile | None,
+                       want_artifacts: bool) -> tuple[bool, CachedCompile | None]:
+        """Put the program in ``box`` and compile it (or replay a cached compile).
+
+        Returns (compiled fine, compile cache entry to store or None)."""
+        limits, spec = job.limits, job.spec
+        inputs = {**job.files, spec.source: job.code.encode()}
+        if cached is not None:
+            await box.write_files({**inputs, **cached.artifacts}, cached.executables)
+            result.compile = _replayed(cached)
+            return True, None
+        await box.write_files(inputs)
+        if spec.compile is None:
+            return True, None
+        result.compile = await box.execute(spec.compile, b"", limits.compile_timeout_s, limits.output_bytes)
+        if not result.compile.ok:
+            await self._note_memory(box, result, job)
+            if want_artifacts and _deterministic_failure(result):
+                return False, CachedCompile(result.compile, {}, frozenset())
+            return False, None
+        if not want_artifacts:
+            return True, None
+        artifacts, executables = await box.read_outputs(set(inputs), MAX_ARTIFACT_BYTES)
+        return True, CachedCompile(result.compile, artifacts, frozenset(executables))
+
     async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
                               want_artifacts: bool) -> tuple[JobResult, CachedCompile | None]:
         result = JobResult()
         entry = None
         limits, spec = job.limits, job.spec
-        inputs = {**job.files, spec.source: job.code.encode()}
         try:
             async with self.backend.open(spec.image, limits) as box:
                 result.sandbox_id = box.id[:12]
-                if cached is not None:
-                    await box.write_files({**inputs, **cached.artifacts}, cached.executables)
-                    result.compile = _replayed(cached)
-                else:
-                    await box.write_files(inputs)
-                if spec.compile is not None and cached is None:
-                    result.compile = await box.execute(
-                        spec.compile, b"", limits.compile_timeout_s, limits.output_bytes)
-                    if not result.compile.ok:
-                        await self._note_memory(box, result, job)
-                        if want_artifacts and _deterministic_failure(result):
-                            entry = CachedCompile(result.compile, {}, frozenset())
-                        return result, entry
-                    if want_artifacts:
-                        artifacts, executables = await box.read_outputs(set(inputs), MAX_ARTIFACT_BYTES)
-                        entry = CachedCompile(result.compile, artifacts, frozenset(executables))
+                compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
+                if not compiled:
+                    return result, entry
                 result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s,
                                                limits.output_bytes)
                 await self._note_memory(box, result, job)
@@ -157,6 +208,31 @@ class Engine:
             result.run = step
         elif result.run is None and (result.compile is None or result.compile.ok):
             result.run = step
+
+
+class PreparedProgram:
+    """A compiled program in its sandbox, ready to run tests (``session`` is None when the
+    compile failed; ``compile`` is None for interpreted languages)."""
+
+    def __init__(self, job: Job, compile: StepResult | None, session, sandbox_id: str | None,
+                 oom_killed: bool = False) -> None:
+        self.job = job
+        self.compile = compile
+        self.session = session
+        self.sandbox_id = sandbox_id
+        self.compile_oom_killed = oom_killed
+
+    @property
+    def compiled(self) -> bool:
+        return self.session is not None
+
+    async def run_test(self, stdin: bytes, timeout_s: float, output_limit: int,
+                       argv: Sequence[str] | None = None,
+                       files: dict[str, bytes] | None = None) -> TestRun:
+        if self.session is None:
+            raise RuntimeError("the program did not compile")
+        return await self.session.run(list(argv or self.job.spec.run), stdin, timeout_s,
+                                      output_limit, files)
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

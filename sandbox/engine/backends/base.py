@@ -5,6 +5,8 @@ Error tree (what the engine catches; backend-library errors never cross this bou
     BackendError              the sandbox machinery failed; the program is not to blame
     +-- SandboxUnavailable    the container runtime cannot be reached right now
     +-- ImageMissing          a language image has not been built
+    +-- SandboxEndedByProgram the program destroyed its own sandbox (Docker backend: it can
+                              signal the test runner and the container's init)
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Protocol, Sequence
 
 from ..cgroups import MemoryFacts
 from ..models import Limits, StepResult
+from ..runner_protocol import TestRun
 
 WORKDIR = "/sandbox"
 SANDBOX_UID = 65534  # "nobody": no home, no privileges, owns only the work directory
@@ -24,6 +27,10 @@ class BackendError(RuntimeError):
 
 
 class SandboxUnavailable(BackendError):
+    pass
+
+
+class SandboxEndedByProgram(BackendError):
     pass
 
 
@@ -52,6 +59,18 @@ class Sandbox(Protocol):
         ...
 
     async def memory_facts(self) -> MemoryFacts: ...
+
+    def test_session(self, budget_s: float) -> AbstractAsyncContextManager["TestSession"]:
+        """``sandbox-runner`` started over the work directory as the steps left it, ready to
+        run tests one by one for at most ``budget_s`` seconds."""
+        ...
+
+
+class TestSession(Protocol):
+    async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
+                  files: dict[str, bytes] | None = None) -> TestRun:
+        """One test in its own process: its deadline, output cap and memory facts."""
+        ...
 
 
 class Backend(Protocol):

@@ -28,8 +28,10 @@ from docker.types import LogConfig, Ulimit
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from .. import tarball
-from ..cgroups import MemoryFacts, read_memory_facts
-from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
+from ..cgroups import MemoryFacts, read_memory_facts, reset_docker_peak
+from ..runner_protocol import RUNNER, RunnerGone, TestRun, finish, run_one
+from .base import (SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxEndedByProgram,
+                   SandboxUnavailable)
 from .seccomp import SECCOMP_PROFILE_JSON
 
 log = logging.getLogger(__name__)
@@ -146,6 +148,29 @@ class DockerSandbox:
         return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
                           stdout.truncated, stderr.truncated)
 
+    @asynccontextmanager
+    async def test_session(self, budget_s: float) -> AsyncIterator["DockerTestSession"]:
+        """``sandbox-runner`` in this container, driven over a ``docker exec``'s stdin/stdout.
+
+        Unlike the OCI backend's, the work directory stays writable here (Docker's tmpfs
+        cannot be remounted read-only from inside), so a test could change files the next
+        test reads; the runner still empties /tmp and kills leftovers between tests."""
+        def start():
+            exec_id = self._api.exec_create(
+                self.id, [RUNNER, "--deadline-ms", str(int((budget_s + 3.0) * 1000))],
+                stdin=True, stdout=True, stderr=True)["Id"]
+            return self._api.exec_start(exec_id, socket=True)
+
+        stream = await self._backend.call(start)
+        sock: socket.socket = getattr(stream, "_sock", stream)
+        sock.setblocking(False)
+        channel = DockerExecChannel(sock)
+        try:
+            yield DockerTestSession(self, channel)
+            await finish(channel)
+        finally:
+            _close_quietly(sock, stream)
+
     def _wait_exec(self, exec_id: str, deadline: float) -> tuple[int | None, bool]:
         """The streams are closed; wait for the process itself (it may have closed them early)."""
         pause = 0.002
@@ -163,6 +188,76 @@ class DockerSandbox:
             self._api.kill(self.id)
         except docker.errors.APIError:
             pass  # already gone: nothing is left to kill
+
+
+class DockerExecChannel:
+    """The runner's channel over an exec's hijacked connection: raw bytes in, frames out."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._loop = asyncio.get_running_loop()
+        self._demux = FrameDemuxer()
+        self._buf = bytearray()
+        self.diagnostics = CappedBuffer(16 << 10)
+
+    async def send(self, data: bytes) -> None:
+        await self._loop.sock_sendall(self._sock, data)
+
+    async def _fill(self) -> None:
+        data = await self._loop.sock_recv(self._sock, 1 << 16)
+        if not data:
+            raise EOFError("the exec stream closed")
+        for stream_id, payload in self._demux.feed(data):
+            if stream_id == 2:
+                self.diagnostics.write(payload)
+            else:
+                self._buf += payload
+
+    async def read_line(self, limit: int = 512) -> bytes:
+        while (end := self._buf.find(b"\n")) < 0:
+            if len(self._buf) > limit:
+                raise ValueError("overlong line from the test runner")
+            await self._fill()
+        line = bytes(self._buf[:end + 1])
+        del self._buf[:end + 1]
+        return line
+
+    async def read_exactly(self, n: int) -> bytes:
+        while len(self._buf) < n:
+            await self._fill()
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
+
+
+class DockerTestSession:
+    def __init__(self, box: DockerSandbox, channel: DockerExecChannel) -> None:
+        self._box = box
+        self.channel = channel
+
+    async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
+                  files: dict[str, bytes] | None = None) -> TestRun:
+        reset_docker_peak(self._box.id)
+        before = read_memory_facts(self._box.id)
+        try:
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files)
+        except RunnerGone as exc:
+            said = self.channel.diagnostics.getvalue().decode(errors="replace").strip()[-300:]
+            # Here the runner is not PID 1 and shares the program's uid: the program can kill
+            # it, or the container's init. If the daemon is fine, that is what happened.
+            try:
+                await self._box._backend.call(self._box._api.inspect_container, self._box.id)
+            except BackendError:
+                raise BackendError(f"{exc}; runner said: {said}") from exc
+            raise SandboxEndedByProgram(
+                "the program ended its own sandbox (killed the test runner or the container's "
+                "init)") from exc
+        after = read_memory_facts(self._box.id)
+        if after is not None:
+            result.peak_memory_bytes = after.peak_bytes
+            if before is not None and before.oom_kills is not None and after.oom_kills is not None:
+                result.oom_killed = after.oom_kills > before.oom_kills
+        return result
 
 
 def _pump(sock: socket.socket, stdin: bytes, deadline: float,

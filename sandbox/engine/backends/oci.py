@@ -36,9 +36,10 @@ from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 from .. import safe_files
-from ..cgroups import CGROUP_ROOT, MemoryFacts, cgroup_memory_facts
+from ..cgroups import CGROUP_ROOT, MemoryFacts, cgroup_memory_facts, reset_peak
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
+from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
 from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
@@ -228,7 +229,7 @@ class OciSandbox:
     async def memory_facts(self) -> MemoryFacts:
         return self._facts
 
-    def _config(self, argv: Sequence[str], cgroups_path: str, timeout_s: float) -> dict:
+    def _config(self, args: Sequence[str], cgroups_path: str, workdir_writable: bool = True) -> dict:
         limits = self._limits
         memory = limits.memory_mb * 1024 * 1024
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
@@ -244,9 +245,7 @@ class OciSandbox:
             "annotations": self._backend.seccomp_annotations,
             "process": {
                 "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
-                # init's own deadline, a backstop should this server die mid-step.
-                "args": [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)),
-                         "--", *argv],
+                "args": list(args),
                 "env": [*self._env, "HOME=/tmp"],
                 "cwd": WORKDIR,
                 "noNewPrivileges": True,
@@ -269,7 +268,7 @@ class OciSandbox:
                 {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
                  "options": ["ro", "nosuid", "noexec", "nodev"]},
                 {"destination": WORKDIR, "type": "bind", "source": str(self.workdir),
-                 "options": ["rbind", "rw", "nosuid", "nodev"]},
+                 "options": ["rbind", "rw" if workdir_writable else "ro", "nosuid", "nodev"]},
                 {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
                  "options": ["nosuid", "nodev", "exec", f"size={size_mb}m", "mode=1777"]},
             ],
@@ -295,7 +294,9 @@ class OciSandbox:
         step_dir = self.bundle_dir / f"step{self._steps}"
         cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
         step_dir.mkdir()
-        (step_dir / "config.json").write_text(json.dumps(self._config(argv, cgroups_path, timeout_s)))
+        # init's own deadline is a backstop should this server die mid-step.
+        args = [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)), "--", *argv]
+        (step_dir / "config.json").write_text(json.dumps(self._config(args, cgroups_path)))
         ours, theirs = socket.socketpair()
         started = time.monotonic()
         try:
@@ -316,6 +317,55 @@ class OciSandbox:
                 await self._backend.kill(name)
                 proc.kill()
                 await proc.wait()
+
+    @asynccontextmanager
+    async def test_session(self, budget_s: float) -> AsyncIterator["OciTestSession"]:
+        """A container running ``sandbox-runner`` over what the earlier steps left in the work
+        directory, mounted read-only now: every test sees the same files. Its own cgroup, so
+        memory is measured per test."""
+        self._steps += 1
+        name = f"{self.id}-{self._steps}"
+        step_dir = self.bundle_dir / f"step{self._steps}"
+        cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
+        step_dir.mkdir()
+        args = [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
+                "--channel-fd", "3"]
+        (step_dir / "config.json").write_text(
+            json.dumps(self._config(args, cgroups_path, workdir_writable=False)))
+        ours, theirs = socket.socketpair()
+        try:
+            proc = await spawn(self._backend.command("run", "--bundle", str(step_dir),
+                                                     "--preserve-fds", "1", name),
+                               theirs.fileno(), RUNTIME_ENV)
+        except OSError as exc:
+            ours.close()
+            raise SandboxUnavailable(f"cannot start {self._backend.runtime}: {exc}") from exc
+        finally:
+            theirs.close()
+        diagnostics = CappedBuffer(16 << 10)
+
+        async def drain(stream: asyncio.StreamReader) -> None:
+            while chunk := await stream.read(1 << 16):
+                diagnostics.write(chunk)
+
+        drains = [asyncio.create_task(drain(proc.stdout)), asyncio.create_task(drain(proc.stderr))]
+        reader, writer = await asyncio.open_connection(sock=ours, limit=1 << 16)
+        session = OciTestSession(StreamChannel(reader, writer), cgroups_path,
+                                 lambda: diagnostics.getvalue().decode(errors="replace"))
+        try:
+            yield session
+            await finish(session.channel)
+        finally:
+            writer.close()
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=2.0)
+            except asyncio.TimeoutError:
+                await self._backend.kill(name)
+                proc.kill()
+                await proc.wait()
+            await asyncio.wait(drains, timeout=2.0)
+            for task in drains:
+                task.cancel()
 
     async def _supervise(self, proc, status_sock: socket.socket, name: str, cgroups_path: str,
                          stdin: bytes, started: float, deadline: float, limit: int) -> StepResult:
@@ -395,6 +445,30 @@ class OciSandbox:
                                f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
         return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
                           stdout.truncated, stderr.truncated)
+
+
+class OciTestSession:
+    """Runs tests one by one through the sandbox's runner, with per-test memory facts."""
+
+    def __init__(self, channel: StreamChannel, cgroups_path: str, diagnostics) -> None:
+        self.channel = channel
+        self._cgroups_path = cgroups_path
+        self._diagnostics = diagnostics
+
+    async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
+                  files: dict[str, bytes] | None = None) -> TestRun:
+        reset_peak(self._cgroups_path)
+        before = cgroup_memory_facts(self._cgroups_path).oom_kills
+        try:
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files)
+        except RunnerGone as exc:
+            raise BackendError(f"{exc}; runner said: {self._diagnostics().strip()[-300:]}") from exc
+        # The runner waits for the next test, so the cgroup is still there to be read.
+        after = cgroup_memory_facts(self._cgroups_path)
+        result.peak_memory_bytes = after.peak_bytes
+        if before is not None and after.oom_kills is not None:
+            result.oom_killed = after.oom_kills > before
+        return result
 
 
 def _parse_status(line: str) -> int | None:

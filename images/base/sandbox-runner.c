@@ -1,0 +1,408 @@
+/*
+ * sandbox-runner: runs one compiled program against many test cases inside one sandbox.
+ *
+ * The server drives it over a byte channel (the OCI backend: fd 3, a socket outside the
+ * program's reach; the Docker backend: stdin/stdout of a `docker exec`). For each test the
+ * server sends
+ *
+ *     RUN <timeout_ms> <output_limit> <argc> <nfiles> <stdin_len>\n
+ *     argc x  <len>\n<arg bytes>
+ *     nfiles x <len>\n<name> <len>\n<content>      (written to /tmp/judge/<name>)
+ *     <stdin bytes>
+ *
+ * and the runner answers, once the test's process and everything it started are gone,
+ *
+ *     DONE <exit|signal> <n> <timed_out 0|1> <wall_us> <cpu_us> <maxrss_kb> <out_len> <err_len>\n
+ *     <stdout bytes><stderr bytes>
+ *
+ * `END\n` (or the channel closing) ends the runner. Each test is its own process with its own
+ * deadline; stdin, stdout and stderr are anonymous in-memory files (no name another test or
+ * process could open), output is capped with RLIMIT_FSIZE (a write past the cap gets SIGXFSZ),
+ * and between tests every other process in the sandbox is killed and /tmp and /dev/shm are
+ * emptied, so nothing one test leaves behind reaches the next. The runner never sees expected
+ * outputs: verdicts are decided by the server from what is reported here.
+ *
+ * The runner is not dumpable (the program, same uid, cannot reach its fds or memory through
+ * /proc). As PID 1 (OCI backend) it cannot be killed from inside; under `docker exec` it is
+ * a child subreaper and spares only the processes that existed before it started.
+ *
+ * --deadline-ms N: a backstop should the server die; the runner exits after N ms.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_ARGS 64
+#define MAX_ARG_BYTES (64 * 1024)
+#define MAX_FILES 8
+#define MAX_NAME 64
+#define MAX_PREEXISTING 256
+
+static int chan_in = 0, chan_out = 1;
+static pid_t preexisting[MAX_PREEXISTING];
+static int n_preexisting;
+
+static void deadline_passed(int sig, siginfo_t *info, void *context) {
+    (void)sig;
+    (void)context;
+    if (info->si_code != SI_KERNEL) return; /* only our own timer, not a SIGALRM from the program */
+    _exit(128 + SIGKILL);
+}
+
+static void on_child(int sig) { (void)sig; }
+
+static int read_full(int fd, void *buf, size_t n) {
+    char *p = buf;
+    while (n > 0) {
+        ssize_t got = read(fd, p, n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+static int write_full(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t put = write(fd, p, n);
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) return -1;
+        p += put;
+        n -= (size_t)put;
+    }
+    return 0;
+}
+
+/* One '\n'-terminated line (without it) into buf; -1 on end of channel or overlong line. */
+static int read_line(char *buf, size_t cap) {
+    size_t used = 0;
+    for (;;) {
+        char c;
+        if (read_full(chan_in, &c, 1) < 0) return -1;
+        if (c == '\n') break;
+        if (used + 1 >= cap) return -1;
+        buf[used++] = c;
+    }
+    buf[used] = '\0';
+    return 0;
+}
+
+static int read_length(unsigned long max, unsigned long *out) {
+    char line[32];
+    char *end;
+    if (read_line(line, sizeof line) < 0) return -1;
+    *out = strtoul(line, &end, 10);
+    return (*end != '\0' || end == line || *out > max) ? -1 : 0;
+}
+
+static int anonymous_file(const char *name) {
+    int fd = (int)syscall(SYS_memfd_create, name, MFD_CLOEXEC);
+    if (fd < 0) fd = open("/tmp", O_TMPFILE | O_RDWR | O_CLOEXEC, 0600); /* kernels without memfd */
+    return fd;
+}
+
+/* Copy n bytes from the channel into fd (the test's stdin or a file). */
+static int channel_to_fd(int fd, unsigned long n) {
+    char buf[65536];
+    while (n > 0) {
+        size_t chunk = n < sizeof buf ? n : sizeof buf;
+        if (read_full(chan_in, buf, chunk) < 0) return -1;
+        if (fd >= 0 && write_full(fd, buf, chunk) < 0) fd = -1; /* keep draining the channel */
+        n -= chunk;
+    }
+    return fd >= 0 ? 0 : -2;
+}
+
+static int fd_to_channel(int fd, off_t n) {
+    char buf[65536];
+    off_t offset = 0;
+    while (offset < n) {
+        size_t want = (size_t)(n - offset) < sizeof buf ? (size_t)(n - offset) : sizeof buf;
+        ssize_t got = pread(fd, buf, want, offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) { /* cannot happen for our own file; keep the framing intact */
+            memset(buf, 0, want);
+            got = (ssize_t)want;
+        }
+        if (write_full(chan_out, buf, (size_t)got) < 0) return -1;
+        offset += got;
+    }
+    return 0;
+}
+
+static int is_preexisting(pid_t pid) {
+    for (int i = 0; i < n_preexisting; i++)
+        if (preexisting[i] == pid) return 1;
+    return 0;
+}
+
+static void remember_preexisting(void) {
+    DIR *proc = opendir("/proc");
+    struct dirent *entry;
+    if (!proc) return;
+    while ((entry = readdir(proc)) && n_preexisting < MAX_PREEXISTING) {
+        pid_t pid = (pid_t)strtol(entry->d_name, NULL, 10);
+        if (pid > 0) preexisting[n_preexisting++] = pid;
+    }
+    closedir(proc);
+}
+
+static void reap_all(void) {
+    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+}
+
+/* Kill every process a test may have left (daemons, setsid'd children, fork bombs). */
+static void kill_all(void) {
+    if (getpid() == 1) {
+        /* kill(-1) from PID 1 reaches everything else in the namespace; no fork can race it
+         * (it holds the task list lock). Then reap until no child is left. */
+        kill(-1, SIGKILL);
+        while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+        return;
+    }
+    for (int round = 0; round < 100; round++) {
+        int found = 0;
+        DIR *proc = opendir("/proc");
+        struct dirent *entry;
+        if (!proc) return;
+        while ((entry = readdir(proc))) {
+            pid_t pid = (pid_t)strtol(entry->d_name, NULL, 10);
+            if (pid <= 0 || pid == getpid() || is_preexisting(pid)) continue;
+            if (kill(pid, SIGKILL) == 0) found = 1;
+        }
+        closedir(proc);
+        reap_all();
+        if (!found) return;
+        usleep(1000);
+    }
+}
+
+static int open_up(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)ftw;
+    if (type == FTW_D || type == FTW_DNR) chmod(path, (st->st_mode & 07777) | S_IRWXU);
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
+    (void)st;
+    if (ftw->level == 0) return 0; /* keep the mount point itself */
+    if (type == FTW_DP || type == FTW_D) rmdir(path);
+    else unlink(path);
+    return 0;
+}
+
+/* Empty a scratch folder, even of folders the last test made unreadable. */
+static void empty_folder(const char *path) {
+    nftw(path, open_up, 16, FTW_PHYS | FTW_MOUNT);
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+static long elapsed_us(const struct timespec *since) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - since->tv_sec) * 1000000L + (now.tv_nsec - since->tv_nsec) / 1000;
+}
+
+static void free_args(char **args) {
+    for (int i = 0; args[i]; i++) free(args[i]);
+}
+
+static int run_test(const char *header) {
+    unsigned long timeout_ms, output_limit, argc, nfiles, stdin_len;
+    if (sscanf(header, "RUN %lu %lu %lu %lu %lu", &timeout_ms, &output_limit, &argc, &nfiles,
+               &stdin_len) != 5 || argc < 1 || argc > MAX_ARGS || nfiles > MAX_FILES)
+        return -1;
+    char *args[MAX_ARGS + 1] = {0};
+    for (unsigned long i = 0; i < argc; i++) {
+        unsigned long len;
+        if (read_length(MAX_ARG_BYTES, &len) < 0 || !(args[i] = calloc(1, len + 1)) ||
+            read_full(chan_in, args[i], len) < 0) {
+            free_args(args);
+            return -1;
+        }
+    }
+
+    kill_all();
+    empty_folder("/tmp");
+    empty_folder("/dev/shm");
+
+    int files_ok = 1;
+    if (nfiles > 0 && mkdir("/tmp/judge", 0700) < 0) files_ok = 0;
+    for (unsigned long i = 0; i < nfiles; i++) {
+        char name[MAX_NAME + 1] = {0}, path[MAX_NAME + 16];
+        unsigned long name_len, size;
+        if (read_length(MAX_NAME, &name_len) < 0 || read_full(chan_in, name, name_len) < 0 ||
+            read_length(~0UL, &size) < 0) {
+            free_args(args);
+            return -1;
+        }
+        int fd = -1;
+        if (files_ok && name_len > 0 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..")) {
+            snprintf(path, sizeof path, "/tmp/judge/%s", name);
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        }
+        int copied = channel_to_fd(fd, size);
+        if (fd >= 0) close(fd);
+        if (copied == -1) {
+            free_args(args);
+            return -1;
+        }
+        if (copied != 0) files_ok = 0;
+    }
+
+    int in = anonymous_file("stdin"), out = anonymous_file("stdout"), err = anonymous_file("stderr");
+    int stdin_copied = channel_to_fd(in, stdin_len);
+    if (stdin_copied == -1) {
+        free_args(args);
+        return -1;
+    }
+    if (in >= 0) lseek(in, 0, SEEK_SET);
+
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    pid_t child = (in < 0 || out < 0 || err < 0 || !files_ok || stdin_copied) ? -1 : fork();
+    if (child == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(in, 0);
+        dup2(out, 1);
+        dup2(err, 2);
+        /* Only 0, 1 and 2 survive exec: everything else here is close-on-exec. */
+        struct rlimit cap = {output_limit + 1, output_limit + 1};
+        setrlimit(RLIMIT_FSIZE, &cap);
+        execvp(args[0], args);
+        dprintf(2, "sandbox-runner: cannot run %s: %s\n", args[0], strerror(errno));
+        _exit(127);
+    }
+    free_args(args);
+
+    int status = 0, timed_out = 0, reaped = 0;
+    struct rusage usage;
+    memset(&usage, 0, sizeof usage);
+    if (child < 0) {
+        status = 127 << 8; /* could not set the test up: reported as exit 127 with a message */
+        if (err >= 0) dprintf(err, "sandbox-runner: cannot start the test: %s\n", strerror(errno));
+    }
+    while (child > 0 && !reaped) {
+        long left_us = (long)timeout_ms * 1000L - elapsed_us(&started);
+        if (left_us <= 0) {
+            timed_out = 1;
+            kill_all();
+            break;
+        }
+        sigset_t chld;
+        sigemptyset(&chld);
+        sigaddset(&chld, SIGCHLD);
+        struct timespec wait = {left_us / 1000000L, (left_us % 1000000L) * 1000L};
+        sigtimedwait(&chld, NULL, &wait);
+        pid_t pid;
+        int st;
+        struct rusage ru;
+        while ((pid = wait4(-1, &st, WNOHANG, &ru)) > 0) {
+            if (pid == child) {
+                status = st;
+                usage = ru;
+                reaped = 1;
+            }
+        }
+    }
+    if (child > 0 && !reaped) { /* timed out: the child was killed above; collect it */
+        while (wait4(child, &status, 0, &usage) < 0 && errno == EINTR) {}
+    }
+    long wall_us = elapsed_us(&started);
+    kill_all();
+
+    struct stat out_st = {0}, err_st = {0};
+    if (out >= 0) fstat(out, &out_st);
+    if (err >= 0) fstat(err, &err_st);
+    off_t out_len = out_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : out_st.st_size;
+    off_t err_len = err_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : err_st.st_size;
+    long cpu_us = usage.ru_utime.tv_sec * 1000000L + usage.ru_utime.tv_usec +
+                  usage.ru_stime.tv_sec * 1000000L + usage.ru_stime.tv_usec;
+    char line[256];
+    int n = snprintf(line, sizeof line, "DONE %s %d %d %ld %ld %ld %lld %lld\n",
+                     WIFSIGNALED(status) ? "signal" : "exit",
+                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), timed_out,
+                     wall_us, cpu_us, usage.ru_maxrss, (long long)out_len, (long long)err_len);
+    int sent = write_full(chan_out, line, (size_t)n) == 0 && fd_to_channel(out, out_len) == 0 &&
+               fd_to_channel(err, err_len) == 0;
+    if (in >= 0) close(in);
+    if (out >= 0) close(out);
+    if (err >= 0) close(err);
+    return sent ? 0 : -1;
+}
+
+int main(int argc, char **argv) {
+    long deadline_ms = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--deadline-ms") == 0 && i + 1 < argc) {
+            deadline_ms = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--channel-fd") == 0 && i + 1 < argc) {
+            chan_in = chan_out = (int)strtol(argv[++i], NULL, 10);
+        } else {
+            fprintf(stderr, "usage: sandbox-runner [--deadline-ms N] [--channel-fd FD]\n");
+            return 2;
+        }
+    }
+    if (fcntl(chan_in, F_GETFD) == -1 || fcntl(chan_out, F_GETFD) == -1) {
+        fprintf(stderr, "sandbox-runner: no channel\n");
+        return 2;
+    }
+    prctl(PR_SET_DUMPABLE, 0);
+    if (getpid() != 1) {
+        prctl(PR_SET_CHILD_SUBREAPER, 1); /* orphans of a test come back to us to be reaped */
+        remember_preexisting();
+    }
+    /* Keep the channel (and everything else of ours) out of the tests' processes; a test's
+     * 0, 1 and 2 are replaced by its own files before exec. */
+    for (int fd = 3; fd < 1024; fd++)
+        if (fcntl(fd, F_GETFD) != -1) fcntl(fd, F_SETFD, FD_CLOEXEC);
+
+    /* A handler (not SIG_DFL) so that SIGCHLD is queued even for a PID 1; it stays blocked
+     * and is taken with sigtimedwait. */
+    signal(SIGCHLD, on_child);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    if (deadline_ms > 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = deadline_passed;
+        sa.sa_flags = SA_SIGINFO | SA_RESTART;
+        sigaction(SIGALRM, &sa, NULL);
+        struct itimerval timer = {{0, 0}, {deadline_ms / 1000, (deadline_ms % 1000) * 1000}};
+        setitimer(ITIMER_REAL, &timer, NULL);
+    }
+    char header[160];
+    while (read_line(header, sizeof header) == 0) {
+        if (strcmp(header, "END") == 0) break;
+        if (run_test(header) < 0) {
+            fprintf(stderr, "sandbox-runner: bad request or channel closed\n");
+            kill_all();
+            return 3;
+        }
+    }
+    kill_all();
+    return 0;
+}

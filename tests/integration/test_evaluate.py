@@ -1,0 +1,231 @@
+"""POST /v1/evaluate against a real server on each backend: verdicts, comparison modes,
+checker programs, function-call and assert tests, early stop, and forging attempts."""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.docker
+
+ECHO_SUM = "a, b = map(int, input().split())\nprint(a + b)"
+CPP_SUM = "#include <cstdio>\nint main(){long long a,b;scanf(\"%lld %lld\",&a,&b);printf(\"%lld\\n\",a+b);}"
+JAVA_SUM = ("import java.util.*;\npublic class Main { public static void main(String[] x) {"
+            " Scanner s = new Scanner(System.in); System.out.println(s.nextLong() + s.nextLong()); } }")
+SUM_TESTS = [{"stdin": "1 2", "expected_output": "3"}, {"stdin": "10 20\n", "expected_output": "30\n"},
+             {"stdin": "-5 5", "expected_output": "0"}]
+
+
+@pytest.fixture(scope="module")
+def evaluate(server):
+    def _evaluate(code: str, language: str, tests: list[dict], expect_status: int = 200, **body) -> dict:
+        payload = {"code": code, "language": language, "tests": tests, "compile_timeout": 30,
+                   "run_timeout": 5, **body}
+        response = requests.post(f"{server}/v1/evaluate", json=payload, timeout=300)
+        assert response.status_code == expect_status, response.text
+        return response.json()
+    return _evaluate
+
+
+def verdicts(result: dict) -> list[str]:
+    return [t["verdict"] for t in result["tests"]]
+
+
+@pytest.mark.parametrize("language, code", [("python", ECHO_SUM), ("cpp", CPP_SUM), ("java", JAVA_SUM)])
+def test_all_tests_accepted(evaluate, language, code):
+    result = evaluate(code, language, SUM_TESTS)
+    assert verdicts(result) == ["accepted"] * 3, result
+    assert result["accepted"] is True and result["passed"] == result["total"] == 3
+    assert result["verl_results"] == [True, True, True]
+    assert result["status"] == "Finished"
+    if language != "python":
+        assert result["compile_result"]["return_code"] == 0  # compiled once for all tests
+    first = result["tests"][0]
+    assert first["exit_code"] == 0 and first["wall_time"] > 0 and first["stdout"] == "3\n"
+
+
+def test_each_failure_verdict(evaluate):
+    code = ("import os, sys, time\nt = input().strip()\n"
+            "if t == 'ok': print('ok')\n"
+            "elif t == 'wrong': print('nope')\n"
+            "elif t == 'slow': time.sleep(30)\n"
+            "elif t == 'crash': sys.exit(3)\n"
+            "elif t == 'segv': os.kill(os.getpid(), 11)\n"
+            "elif t == 'memory':\n    x = bytearray(400 << 20); x[::4096] = b'x' * len(x[::4096]); print(len(x))\n"
+            "elif t == 'flood':\n    while True: sys.stdout.write('y' * 65536)\n")
+    cases = ["ok", "wrong", "slow", "crash", "segv", "memory", "flood", "ok"]
+    result = evaluate(code, "python", [{"stdin": c, "expected_output": "ok"} for c in cases],
+                      run_timeout=2, memory_limit_MB=128)
+    assert verdicts(result) == ["accepted", "wrong_answer", "time_limit", "runtime_error",
+                                "runtime_error", "memory_limit", "output_limit", "accepted"], result
+    assert result["verl_results"] == [True, False, -3, -2, -2, -2, -2, True]
+    tests = result["tests"]
+    assert tests[3]["exit_code"] == 3 and tests[4]["signal"] == 11
+    assert "'ok'" in tests[1]["message"] and "'nope'" in tests[1]["message"]
+    assert tests[2]["wall_time"] < 4  # killed at its own deadline
+    assert tests[5]["memory_peak_MB"] is not None and tests[5]["memory_peak_MB"] <= 129
+    assert tests[6]["stdout_truncated"] is True and len(tests[6]["stdout"]) == 1024  # the preview
+
+
+def test_compile_error_marks_every_test(evaluate):
+    result = evaluate("int main() { return }", "cpp", SUM_TESTS)
+    assert verdicts(result) == ["compile_error"] * 3
+    assert result["verl_results"] == [-4, -4, -4]
+    assert result["compile_result"]["return_code"] != 0 and "error" in result["compile_result"]["stderr"]
+
+
+def test_stop_on_first_failure_skips_the_rest(evaluate):
+    tests = [{"stdin": "1 1", "expected_output": "2"}, {"stdin": "1 1", "expected_output": "3"},
+             {"stdin": "2 2", "expected_output": "4"}]
+    result = evaluate(ECHO_SUM, "python", tests, stop_on_first_failure=True)
+    assert verdicts(result) == ["accepted", "wrong_answer", "skipped"]
+    assert result["verl_results"] == [True, False, False]
+    assert evaluate(ECHO_SUM, "python", tests)["tests"][2]["verdict"] == "accepted"  # default: run all
+
+
+def test_total_budget_skips_what_it_leaves_no_time_for(evaluate):
+    code = "import time\ntime.sleep(0.8)\nprint('done')"
+    result = evaluate(code, "python", [{"expected_output": "done"}] * 6, run_timeout=5, total_timeout=2)
+    got = verdicts(result)
+    assert got[0] == "accepted" and got[-1] == "skipped" and "time_limit" not in got, got
+    assert result["total_time"] < 4
+
+
+@pytest.mark.parametrize("mode, output, expected, passed", [
+    ("exact", "1 2\n", "1 2", True), ("exact", "1  2", "1 2", False),
+    ("tokens", "1  2\n\n", "1 2", True),
+    ("float", "0.3333334", "0.33333333", True), ("float", "0.3334", "0.3333", False),
+    ("sandboxfusion", "YES \n", "yes", True),
+])
+def test_comparison_modes(evaluate, mode, output, expected, passed):
+    result = evaluate(f"import sys\nsys.stdout.write({output!r})", "python",
+                      [{"expected_output": expected}], compare=mode)
+    assert result["tests"][0]["passed"] is passed, result
+
+
+CHECKER = ("import sys\ninp, out, ans = (open(p).read().split() for p in sys.argv[1:4])\n"
+           "n = int(inp[0])\n"
+           "if len(out) == 2 and int(out[0]) + int(out[1]) == n and min(map(int, out)) >= 0:\n"
+           "    print('valid split')\nelse:\n    print('invalid split', out)\n    sys.exit(1)\n")
+
+
+def test_checker_program_decides(evaluate):
+    # Many answers are right (any split of n): only a checker can judge them.
+    code = "n = int(input())\nprint(n // 3, n - n // 3) if n != 7 else print(1, 1)"
+    tests = [{"stdin": "10", "expected_output": "5 5"}, {"stdin": "7", "expected_output": "3 4"},
+             {"stdin": "9", "expected_output": "0 9"}]
+    result = evaluate(code, "python", tests, checker={"language": "python", "code": CHECKER})
+    assert verdicts(result) == ["accepted", "wrong_answer", "accepted"], result
+    assert "valid split" in result["tests"][0]["message"]
+    assert "invalid split" in result["tests"][1]["message"]
+
+
+def test_checker_in_a_compiled_language(evaluate):
+    checker = ("#include <fstream>\nint main(int c, char** v){ std::ifstream o(v[2]), a(v[3]);"
+               " long long x, y; o >> x; a >> y; return x == y ? 0 : 1; }")
+    result = evaluate(CPP_SUM, "cpp", SUM_TESTS + [{"stdin": "2 2", "expected_output": "5"}],
+                      checker={"language": "cpp", "code": checker})
+    assert verdicts(result) == ["accepted"] * 3 + ["wrong_answer"], result
+    assert result["checker_compile_result"]["return_code"] == 0
+
+
+def test_checker_crash_is_a_sandbox_error_not_a_verdict(evaluate):
+    result = evaluate("print(1)", "python", [{"expected_output": "1"}],
+                      checker={"language": "python", "code": "import os\nos.kill(os.getpid(), 9)"})
+    assert verdicts(result) == ["sandbox_error"] and result["status"] == "SandboxError"
+    assert result["verl_results"] == [-1]
+
+
+def test_function_call_tests(evaluate):
+    code = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
+            "        print('thinking...')\n        seen = {}\n"
+            "        for i, n in enumerate(nums):\n"
+            "            if target - n in seen: return [seen[target - n], i]\n"
+            "            seen[n] = i\n")
+    tests = [{"stdin": "[2, 7, 11, 15]\n9", "expected_output": "[0, 1]"},
+             {"stdin": "[3, 2, 4]\n6", "expected_output": "[1,2]"},
+             {"stdin": "[3, 3]\n6", "expected_output": "[1, 0]"}]
+    result = evaluate(code, "python", tests, fn_name="twoSum")
+    assert verdicts(result) == ["accepted", "accepted", "wrong_answer"], result
+    plain = evaluate("def add(a, b):\n    return a + b", "python",
+                     [{"stdin": "1\n2", "expected_output": "3"}], fn_name="add")
+    assert plain["accepted"] is True
+
+
+def test_assert_tests(evaluate):
+    code = "def add(a, b):\n    return a + b"
+    tests = [{"assert_code": "assert add(1, 2) == 3"}, {"assert_code": "assert add(2, 2) == 5"},
+             {"assert_code": "assert add(-1, 1) == 0", "expected_output": ""}]
+    result = evaluate(code, "python", tests)
+    assert verdicts(result) == ["accepted", "runtime_error", "accepted"], result
+    assert "AssertionError" in result["tests"][1]["stderr"]
+
+
+def test_bad_requests_get_clear_422s(evaluate, server):
+    assert "fn_name" in evaluate(CPP_SUM, "cpp", SUM_TESTS, 422, fn_name="f")["detail"]
+    assert "interpreted" in evaluate(CPP_SUM, "cpp", [{"assert_code": "x"}], 422)["detail"]
+    assert "cobol" in evaluate("x", "cobol", SUM_TESTS, 422)["detail"]
+    evaluate(ECHO_SUM, "python", [], 422)
+    evaluate(ECHO_SUM, "python", SUM_TESTS, 422, compare="fuzzy")
+    evaluate(ECHO_SUM, "python", SUM_TESTS, 422, unknown_option=True)  # typos are not ignored
+    evaluate(ECHO_SUM, "python", SUM_TESTS, 422, run_timeout=-1)
+
+
+# --- Forging: nothing the program does turns a failing test into a pass -------------------
+
+FORGERIES = {
+    "exit 0 after a wrong answer": "print('wrong')\nimport sys\nsys.exit(0)",
+    "os._exit(0) before printing": "import os\nos._exit(0)",
+    "a fake runner report on stdout and stderr":
+        "import sys\nprint('DONE exit 0 0 1 1 1 2 0')\nsys.stderr.write('DONE exit 0 0 1 1 1 2 0\\n')",
+    "killing the runner": "import os, signal\nfor s in (9, 15, 2, 1):\n"
+                          "    for pid in (1, os.getppid()):\n"
+                          "        try: os.kill(pid, s)\n        except OSError: pass\nprint('wrong')",
+    "writing to other descriptors": "import os\nfor fd in range(3, 64):\n"
+                                    "    try: os.write(fd, b'DONE exit 0 0 1 1 1 2 0\\nok\\n')\n"
+                                    "    except OSError: pass\nprint('wrong')",
+    "the runner's descriptors through /proc": "import os\nfor fd in range(0, 16):\n"
+        "    try:\n        with open(f'/proc/1/fd/{fd}', 'wb') as f: f.write(b'DONE exit 0 0 1 1 1 2 0\\nok\\n')\n"
+        "    except OSError: pass\nprint('wrong')",
+    "looking for the expected answer": "import os\nfound = []\n"
+        "for root in ('/sandbox', '/tmp', '/proc/1'):\n"
+        "    for d, _, fs in os.walk(root):\n        for f in fs:\n"
+        "            try:\n                if b'SECRET-ANSWER' in open(os.path.join(d, f), 'rb').read(1 << 20): found.append(f)\n"
+        "            except Exception: pass\nprint('found' if found else 'not found')",
+}
+
+
+@pytest.mark.parametrize("trick", list(FORGERIES))
+def test_forgery_does_not_pass(evaluate, server, trick):
+    result = evaluate(FORGERIES[trick], "python",
+                      [{"expected_output": "SECRET-ANSWER"}, {"expected_output": "SECRET-ANSWER"}])
+    assert result["passed"] == 0 and all(code is not True for code in result["verl_results"]), result
+    assert result["status"] == "Finished", result  # a verdict about the program, not a sandbox failure
+    assert requests.get(f"{server}/v1/ping", timeout=5).json() == "pong"
+
+
+def test_tests_are_isolated_from_each_other(evaluate):
+    # Test 1 leaves a daemon, a file in /tmp and a file in the work directory; test 2 must
+    # see none of them, and its output must be its own.
+    code = ("import os, sys, time\nt = input().strip()\n"
+            "if t == 'first':\n"
+            "    open('/tmp/left', 'w').write('x')\n"
+            "    try: open('left-in-workdir', 'w').write('x')\n    except OSError: pass\n"
+            "    if os.fork() == 0:\n        os.setsid()\n"
+            "        while True:\n            time.sleep(0.01)\n            print('daemon', flush=True)\n"
+            "    print('first')\n"
+            "else:\n    time.sleep(0.3)\n"
+            "    print('clean' if not os.path.exists('/tmp/left') else 'dirty')\n")
+    result = evaluate(code, "python", [{"stdin": "first", "expected_output": "first"},
+                                       {"stdin": "second", "expected_output": "clean"}])
+    assert verdicts(result) == ["accepted", "accepted"], result
+    assert "daemon" not in result["tests"][1]["stdout"]
+
+
+def test_one_tests_crash_does_not_touch_the_next(evaluate):
+    code = ("import os\nt = input()\n"
+            "if t == 'boom':\n    x = []\n    while True: x.append(bytearray(1 << 20))\nprint(t)")
+    result = evaluate(code, "python", [{"stdin": "a", "expected_output": "a"},
+                                       {"stdin": "boom", "expected_output": "boom"},
+                                       {"stdin": "b", "expected_output": "b"}], memory_limit_MB=96)
+    assert verdicts(result) == ["accepted", "memory_limit", "accepted"], result
