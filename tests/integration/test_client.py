@@ -12,8 +12,11 @@ import time
 import uuid
 
 import pytest
+import requests
+import yaml  # installed with uvicorn[standard]
 
 from sandbox.client import AsyncSandboxClient, SandboxClient, SandboxRequestRejected
+from sandbox.config import REPO_ROOT
 
 from ..conftest import running_server, start_server
 
@@ -166,3 +169,21 @@ def test_a_port_with_nothing_listening_is_skipped_for_the_good_endpoint(two_serv
     # Tried once, then left alone while it cools off.
     assert sum(u.startswith(dead) for u in sent) == 1
 
+
+
+def test_verl_tool_example_config_is_accepted_by_the_server(two_servers):
+    # What verl's SandboxFusionTool sends with examples/verl/sandbox_fusion_tool_config.yaml:
+    # compile and run timeouts both default_timeout, its memory cap, to sandbox_fusion_url.
+    tool = yaml.safe_load((REPO_ROOT / "examples/verl/sandbox_fusion_tool_config.yaml").read_text())
+    config = tool["tools"][0]["config"]
+    assert tool["tools"][0]["class_name"] == "verl.tools.sandbox_fusion_tools.SandboxFusionTool"
+    assert config["sandbox_fusion_url"].endswith("/run_code")
+    url = two_servers[0] + "/run_code"  # the example's URL, with this test server's port
+    timeout = config["default_timeout"]
+    response = requests.post(url, timeout=2 * timeout + 15, json={
+        "code": "print(6 * 7)", "stdin": "", "language": config["default_language"],
+        "compile_timeout": timeout, "run_timeout": timeout,
+        "memory_limit_MB": config["memory_limit_mb"], "files": {}, "fetch_files": []})
+    assert response.status_code == 200, response.text
+    assert response.json()["run_result"]["stdout"] == "42\n"
+    assert response.json()["memory_limit_MB"] == config["memory_limit_mb"]
