@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from .api.schemas import RunCodeResponse
 
@@ -266,7 +267,8 @@ class _ClientBase:
         """``endpoints``: one base URL or several (``http://host:8080``; a ``/run_code`` suffix is
         dropped). ``timeout_margin_s`` is added to compile_timeout + run_timeout to get the read
         timeout of a run (it covers the server's queue wait, up to 9 s by default, and sandbox
-        start). ``event_hooks`` go to the underlying ``httpx`` client."""
+        start). ``event_hooks`` go to the underlying ``httpx`` client (hooks of an
+        ``AsyncSandboxClient`` must be coroutine functions)."""
         if max_concurrency < 1 or max_attempts < 1:
             raise ValueError("max_concurrency and max_attempts must be at least 1")
         self._pool = _EndpointPool([endpoints] if isinstance(endpoints, str) else list(endpoints),
@@ -302,7 +304,10 @@ class _ClientBase:
         return httpx.Timeout(read_s, connect=self.connect_timeout_s)
 
     def _result(self, body: Any) -> RunCodeResponse:
-        result = RunCodeResponse.model_validate(body)
+        try:
+            result = RunCodeResponse.model_validate(body)
+        except ValidationError as exc:
+            raise SandboxServerError(200, f"not a /run_code answer: {exc}", "/run_code") from None
         if self.raise_on_sandbox_error and result.status == "SandboxError":
             raise SandboxResultError(result)
         return result

@@ -190,6 +190,18 @@ def test_gives_up_after_max_attempts_naming_each_endpoints_last_failure(scripted
     assert dead in str(caught.value) and busy.url in str(caught.value)
 
 
+def test_busy_endpoint_is_skipped_for_its_retry_after_while_another_answers(scripted):
+    busy = scripted((504, {"detail": "sandbox busy"}, {"Retry-After": "5"}, 0))
+    free = scripted()
+    with SandboxClient([busy.url, free.url], **FAST) as client:
+        started = time.monotonic()
+        client.run_code("print('hi')", "python")
+        assert time.monotonic() - started < 1.0  # failed over at once, no 5 s wait
+        for _ in range(3):  # busy is cooling off for 5 s: idle or not, it gets nothing
+            client.run_code("print('hi')", "python")
+    assert [len(busy.received), len(free.received)] == [1, 4]
+
+
 def test_all_endpoints_down_still_tries_the_least_recently_failed(scripted):
     # Both answer 503 once (and go into a long cool-off), then work: the client must not
     # give up just because every endpoint is cooling off.
@@ -250,6 +262,12 @@ def test_sandbox_error_is_returned_unless_asked_to_raise(scripted):
         client.run_code("print(1)", "python")
     assert caught.value.result.message == "image missing"
     assert len(server.received) == 2  # a result, not a failure: never retried
+
+
+def test_a_200_that_is_not_a_run_code_answer_raises_a_client_error(scripted):
+    server = scripted((200, {"hello": "world"}, {}, 0))
+    with SandboxClient(server.url) as client, pytest.raises(SandboxServerError, match="status"):
+        client.run_code("print(1)", "python")
 
 
 def test_evaluate_passes_json_through_both_ways(scripted):
