@@ -1,0 +1,304 @@
+"""sandbox.client's retry, backoff and balancing rules, against real local HTTP servers that
+answer from a script (504 with Retry-After, 422, slow answers, ...). No Docker needed."""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import random
+import socket
+import threading
+import time
+from collections import deque
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+from sandbox.client import (AsyncSandboxClient, SandboxClient, SandboxRequestRejected,
+                            SandboxResultError, SandboxServerError, SandboxUnavailable,
+                            backoff_delay, parse_retry_after)
+
+OK_BODY = {"status": "Success", "message": "", "compile_result": None,
+           "run_result": {"status": "Finished", "execution_time": 0.01, "return_code": 0,
+                          "stdout": "hi\n", "stderr": ""},
+           "executor_pod_name": "scripted", "files": {}}
+
+
+class ScriptedServer:
+    """A real HTTP server on 127.0.0.1 answering each POST with the next scripted reply
+    (status, body, headers, delay_s); once the script runs out, ``default`` answers."""
+
+    def __init__(self, *replies, default=(200, OK_BODY, {}, 0.0)) -> None:
+        self.replies = deque(replies)
+        self.default = default
+        self.received: list[dict] = []  # path, headers and JSON body of each request
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                length = int(self.headers.get("content-length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                with outer.lock:
+                    outer.received.append({"path": self.path, "headers": dict(self.headers),
+                                           "body": body})
+                    status, reply, headers, delay = (outer.replies.popleft() if outer.replies
+                                                     else outer.default)
+                if delay:
+                    time.sleep(delay)
+                data = json.dumps(body if reply == "echo" else reply).encode()
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up on a deliberately slow answer
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def scripted():
+    servers = []
+
+    def make(*replies, **kw) -> ScriptedServer:
+        servers.append(ScriptedServer(*replies, **kw))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+def closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens
+
+
+FAST = dict(backoff_base_s=0.05, backoff_max_s=0.2, cool_off_s=0.5)
+
+
+# --- Retry-After and backoff arithmetic ---------------------------------------------------
+
+def test_retry_after_accepts_delta_seconds_and_http_dates():
+    assert parse_retry_after("1") == 1.0
+    assert parse_retry_after(" 2.5 ") == 2.5
+    now = time.time()
+    in_30s = email.utils.formatdate(now + 30, usegmt=True)
+    assert parse_retry_after(in_30s, now=now) == pytest.approx(30, abs=1)
+    assert parse_retry_after(email.utils.formatdate(now - 30, usegmt=True), now=now) == 0.0
+
+
+def test_retry_after_ignores_garbage_and_caps_long_waits():
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("nan") is None
+    assert parse_retry_after("-5") == 0.0
+    assert parse_retry_after("86400") == 60.0
+
+
+def test_backoff_doubles_up_to_its_cap_with_jitter_in_the_upper_half():
+    rng = random.Random(7)
+    for retry, ceiling in [(0, 0.5), (1, 1.0), (2, 2.0), (3, 4.0), (6, 10.0), (20, 10.0)]:
+        delays = [backoff_delay(retry, 0.5, 10.0, rng) for _ in range(200)]
+        assert all(ceiling / 2 <= d <= ceiling for d in delays), (retry, min(delays), max(delays))
+        assert max(delays) - min(delays) > ceiling / 4  # jittered, not constant
+
+
+# --- retries against a real server ----------------------------------------------------------
+
+def test_504_is_retried_after_retry_after_seconds(scripted):
+    server = scripted((504, {"detail": "sandbox busy"}, {"Retry-After": "1"}, 0),
+                      (504, {"detail": "sandbox busy"}, {"Retry-After": "1"}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        started = time.monotonic()
+        result = client.run_code("print('hi')", "python")
+        elapsed = time.monotonic() - started
+    assert result.run_result.stdout == "hi\n"
+    assert len(server.received) == 3
+    assert elapsed >= 2.0  # the backoff alone (<= 0.2 s) would be far shorter
+
+
+def test_502_and_503_are_retried_too(scripted):
+    server = scripted((502, {"detail": "bad gateway"}, {}, 0), (503, {"detail": "down"}, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        assert client.run_code("print('hi')", "python").status == "Success"
+    assert len(server.received) == 3
+
+
+@pytest.mark.parametrize("status", [401, 404, 413, 422])
+def test_4xx_raises_at_once_with_the_servers_detail(scripted, status):
+    server = scripted((status, {"detail": f"refused with {status}"}, {}, 0))
+    with SandboxClient(server.url, **FAST) as client, \
+            pytest.raises(SandboxRequestRejected) as caught:
+        client.run_code("print('hi')", "python")
+    assert caught.value.status == status
+    assert caught.value.detail == f"refused with {status}"
+    assert f"refused with {status}" in str(caught.value)
+    assert len(server.received) == 1
+
+
+def test_500_is_not_retried(scripted):
+    server = scripted((500, {"detail": "Internal Server Error"}, {}, 0))
+    with SandboxClient(server.url, **FAST) as client, pytest.raises(SandboxServerError) as caught:
+        client.run_code("print('hi')", "python")
+    assert caught.value.status == 500
+    assert len(server.received) == 1
+
+
+def test_read_timeout_is_retried_with_a_timeout_derived_from_the_request(scripted):
+    # Read timeout = compile_timeout + run_timeout + margin = 0.2 + 0.2 + 0.4 = 0.8 s.
+    server = scripted((200, OK_BODY, {}, 2.0))
+    with SandboxClient(server.url, timeout_margin_s=0.4, **FAST) as client:
+        started = time.monotonic()
+        result = client.run_code("print('hi')", "python", compile_timeout=0.2, run_timeout=0.2)
+        elapsed = time.monotonic() - started
+    assert result.status == "Success"
+    assert len(server.received) == 2
+    assert 0.8 <= elapsed < 2.0  # gave up on the slow first answer, did not wait it out
+
+
+def test_gives_up_after_max_attempts_naming_each_endpoints_last_failure(scripted):
+    busy = scripted(default=(503, {"detail": "overloaded"}, {}, 0))
+    dead = closed_port_url()
+    with SandboxClient([dead, busy.url], max_attempts=4, **FAST) as client, \
+            pytest.raises(SandboxUnavailable) as caught:
+        client.run_code("print('hi')", "python")
+    assert caught.value.attempts == 4
+    assert set(caught.value.failures) == {dead, busy.url}
+    assert "ConnectError" in caught.value.failures[dead]
+    assert "HTTP 503: overloaded" in caught.value.failures[busy.url]
+    assert dead in str(caught.value) and busy.url in str(caught.value)
+
+
+def test_busy_endpoint_is_skipped_for_its_retry_after_while_another_answers(scripted):
+    busy = scripted((504, {"detail": "sandbox busy"}, {"Retry-After": "5"}, 0))
+    free = scripted()
+    with SandboxClient([busy.url, free.url], **FAST) as client:
+        started = time.monotonic()
+        client.run_code("print('hi')", "python")
+        assert time.monotonic() - started < 1.0  # failed over at once, no 5 s wait
+        for _ in range(3):  # busy is cooling off for 5 s: idle or not, it gets nothing
+            client.run_code("print('hi')", "python")
+    assert [len(busy.received), len(free.received)] == [1, 4]
+
+
+def test_all_endpoints_down_still_tries_the_least_recently_failed(scripted):
+    # Both answer 503 once (and go into a long cool-off), then work: the client must not
+    # give up just because every endpoint is cooling off.
+    first = scripted((503, {"detail": "x"}, {}, 0))
+    second = scripted((503, {"detail": "x"}, {}, 0))
+    with SandboxClient([first.url, second.url], backoff_base_s=0.05, backoff_max_s=0.1,
+                       cool_off_s=60) as client:
+        assert client.run_code("print('hi')", "python").status == "Success"
+        # Failed first, so tried first again.
+        assert [len(first.received), len(second.received)] == [2, 1]
+        assert not any(e["up"] for e in client.endpoints[1:])
+
+
+# --- balancing, options -----------------------------------------------------------------------
+
+def test_sequential_calls_alternate_between_idle_endpoints(scripted):
+    a, b, c = scripted(), scripted(), scripted()
+    with SandboxClient([a.url, b.url, c.url]) as client:
+        for _ in range(6):
+            client.run_code("print('hi')", "python")
+    assert [len(s.received) for s in (a, b, c)] == [2, 2, 2]
+
+
+def test_busy_endpoint_gets_no_new_requests_while_another_is_idle(scripted):
+    slow = scripted((200, OK_BODY, {}, 1.5))
+    fast = scripted()
+    with SandboxClient([slow.url, fast.url]) as client:
+        holder = threading.Thread(target=client.run_code, args=("print(1)", "python"))
+        holder.start()
+        time.sleep(0.3)  # the slow endpoint now has one request in flight
+        for _ in range(3):
+            client.run_code("print('hi')", "python")
+        holder.join()
+    assert [len(slow.received), len(fast.received)] == [1, 3]
+
+
+def test_request_body_api_key_and_base_url_forms(scripted):
+    server = scripted()
+    with SandboxClient(server.url + "/run_code/", api_key="s3cret") as client:
+        client.run_code("print(input())", "python", stdin="x", run_timeout=3, memory_limit_MB=256,
+                        files={"a.txt": "aGk="}, fetch_files=["out.txt"], extra_key=1)
+    request = server.received[0]
+    assert request["path"] == "/run_code"
+    assert request["headers"]["Authorization"] == "Bearer s3cret"
+    assert request["body"] == {"code": "print(input())", "language": "python", "stdin": "x",
+                               "compile_timeout": 10, "run_timeout": 3, "memory_limit_MB": 256,
+                               "files": {"a.txt": "aGk="}, "fetch_files": ["out.txt"],
+                               "extra_key": 1}
+
+
+def test_sandbox_error_is_returned_unless_asked_to_raise(scripted):
+    broken = {**OK_BODY, "status": "SandboxError", "message": "image missing", "run_result": None}
+    server = scripted(default=(200, broken, {}, 0))
+    with SandboxClient(server.url) as client:
+        assert client.run_code("print(1)", "python").message == "image missing"
+    with SandboxClient(server.url, raise_on_sandbox_error=True) as client, \
+            pytest.raises(SandboxResultError) as caught:
+        client.run_code("print(1)", "python")
+    assert caught.value.result.message == "image missing"
+    assert len(server.received) == 2  # a result, not a failure: never retried
+
+
+def test_a_200_that_is_not_a_run_code_answer_raises_a_client_error(scripted):
+    server = scripted((200, {"hello": "world"}, {}, 0))
+    with SandboxClient(server.url) as client, pytest.raises(SandboxServerError, match="status"):
+        client.run_code("print(1)", "python")
+
+
+def test_evaluate_passes_json_through_both_ways(scripted):
+    server = scripted((200, "echo", {}, 0), (422, {"detail": "cases: field required"}, {}, 0))
+    payload = {"code": "print(1)", "language": "python", "cases": [{"stdin": "", "expected": "1"}]}
+    with SandboxClient(server.url) as client:
+        assert client.evaluate(payload) == payload
+        with pytest.raises(SandboxRequestRejected, match="cases: field required") as caught:
+            client.evaluate({"code": "x"})
+    assert caught.value.status == 422
+    assert [r["path"] for r in server.received] == ["/v1/evaluate", "/v1/evaluate"]
+
+
+def test_async_client_retries_504_and_raises_422(scripted):
+    server = scripted((504, {"detail": "busy"}, {"Retry-After": "0"}, 0),
+                      (200, OK_BODY, {}, 0),
+                      (422, {"detail": "unknown language"}, {}, 0))
+
+    async def main():
+        async with AsyncSandboxClient(server.url, **FAST) as client:
+            ok = await client.run_code("print('hi')", "python")
+            with pytest.raises(SandboxRequestRejected, match="unknown language"):
+                await client.run_code("x", "cobol")
+            return ok
+
+    assert asyncio.run(main()).run_result.stdout == "hi\n"
+    assert len(server.received) == 3
+
+
+def test_non_retryable_transport_errors_propagate(scripted):
+    # An unsupported URL scheme is our configuration's fault, not the server's: no retry loop.
+    with SandboxClient("ftp://127.0.0.1:1", **FAST) as client, \
+            pytest.raises(httpx.UnsupportedProtocol):
+        client.run_code("print(1)", "python")
