@@ -8,7 +8,7 @@ from pathlib import Path
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -82,6 +82,21 @@ class Settings(BaseSettings):
         2, ge=0,
         description="docker backend: started, never-used containers kept ready per image and "
                     "limits, so a request does not wait for a container to start; 0 turns it off.")
+
+    # Observability and access
+    audit_log: str = Field(
+        "stdout",
+        description="Where the audit log goes, one JSON line per /run_code request: `stdout`, "
+                    "a file path (reopened after logrotate moves it), or `off`. Server logs go "
+                    "to stderr, so stdout carries only audit lines.")
+
+    @field_validator("audit_log")
+    @classmethod
+    def _audit_destination(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must be `off`, `stdout` or a file path")
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -21,6 +21,7 @@ from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
 from .limits import BodySizeLimit
+from .observability import install_observability, note_run_request, note_run_result
 from .schemas import RunCodeRequest, RunCodeResponse
 from .translate import InvalidRequest, build_job, to_response
 
@@ -93,6 +94,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.state.services = Services(settings, registry, engine)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Added last, so outermost: the request id, metrics and audit see every answer (413 too).
+    app.state.ops = install_observability(app, settings, engine, registry.languages)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
@@ -118,13 +121,16 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
               summary="Run one program in a fresh sandbox",
               responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
-    async def run_code(req: RunCodeRequest, services: ServicesDep, response: Response) -> RunCodeResponse:
+    async def run_code(req: RunCodeRequest, services: ServicesDep, request: Request,
+                       response: Response) -> RunCodeResponse:
         started = time.perf_counter()
+        note_run_request(request, req)
         job = build_job(req, services.registry, services.settings)
         engine_started = time.perf_counter()
         result = await services.engine.run(job)
         engine_s = time.perf_counter() - engine_started
         body = to_response(result, job, req.fetch_files)
+        note_run_result(request, job, result, body.status, engine_s)
         total_s = time.perf_counter() - started
         # What the sandbox took vs. what the handler added around it (queue wait counts as engine).
         response.headers["Server-Timing"] = (

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
+from typing import Callable
 
 from ..runtimes import RuntimeSpec
 from .backends.base import Backend, BackendError
@@ -39,6 +41,8 @@ class Engine:
         self._gate = asyncio.Semaphore(max_concurrency)
         self.waiting = 0
         self.running = 0
+        # Called with the seconds from asking the backend for a sandbox to having it (metrics).
+        self.on_sandbox_open: Callable[[float], None] | None = None
 
     async def run(self, job: Job) -> JobResult:
         if job.spec.compile is None or self.compile_cache is None:
@@ -101,7 +105,10 @@ class Engine:
         limits, spec = job.limits, job.spec
         inputs = {**job.files, spec.source: job.code.encode()}
         try:
+            asked = time.perf_counter()
             async with self.backend.open(spec.image, limits) as box:
+                if self.on_sandbox_open is not None:
+                    self.on_sandbox_open(time.perf_counter() - asked)
                 result.sandbox_id = box.id[:12]
                 if cached is not None:
                     await box.write_files({**inputs, **cached.artifacts}, cached.executables)
@@ -129,6 +136,7 @@ class Engine:
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", spec.language, exc)
             self._record_error(result, str(exc))
+            result.error_kind = exc.kind
         return result, entry
 
     @staticmethod
