@@ -20,6 +20,7 @@ from ..engine.compile_cache import CompileCache
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
+from .auth import require_api_key
 from .limits import BodySizeLimit
 from .observability import install_observability, note_run_request, note_run_result
 from .schemas import RunCodeRequest, RunCodeResponse
@@ -94,7 +95,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.state.services = Services(settings, registry, engine)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    # Added last, so outermost: the request id, metrics and audit see every answer (413 too).
+    # Middleware added later runs first: the key is checked before the body is read, and the
+    # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
+    require_api_key(app, settings)
     app.state.ops = install_observability(app, settings, engine, registry.languages)
 
     @app.exception_handler(RequestValidationError)
