@@ -36,7 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from ..config import Settings
 from ..engine import Engine
-from ..engine.models import Job, JobResult
+from ..engine.models import Job, JobResult, StepStatus
 
 REQUEST_ID_HEADER = "X-Request-ID"
 # Echoed into a response header and the audit log: short, and nothing that could split a line.
@@ -175,7 +175,8 @@ class AuditLog:
     def record(self, fields: dict) -> None:
         if self._listener is None:
             return
-        line = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
+        # ASCII-only: any stdout encoding takes it, and odd code (lone surrogates) cannot break it.
+        line = json.dumps(fields, separators=(",", ":"), default=str)
         self._enqueue.handle(logging.makeLogRecord({"msg": line, "levelno": logging.INFO}))
 
     def close(self) -> None:
@@ -368,9 +369,10 @@ def note_run_result(request: Request, job: Job, result: JobResult, verdict: str,
                      "run_timeout_s": limits.run_timeout_s, "memory_mb": limits.memory_mb}
     record.verdict, record.engine_s, record.sandbox_id = verdict, engine_s, result.sandbox_id
     record.result_error_kind = result.error_kind or None
-    if result.compile is not None:
+    # A step that ended in a sandbox error never ran: its 0 s would skew the histograms.
+    if result.compile is not None and result.compile.status is not StepStatus.ERROR:
         record.compile_s, record.compile_cached = result.compile.wall_time_s, result.compile.cached
-    if result.run is not None:
+    if result.run is not None and result.run.status is not StepStatus.ERROR:
         record.run_s = result.run.wall_time_s
 
 

@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import json
 import re
+import shutil
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -13,6 +14,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
+
+from sandbox.config import REPO_ROOT
 
 from ..conftest import running_server
 
@@ -244,3 +247,27 @@ def test_api_key_guards_everything_but_the_probes(docker_ready, tmp_path):
     logs = "".join(p.read_text(errors="replace") for p in tmp_path.glob("*") if p.is_file())
     assert "server-" in " ".join(p.name for p in tmp_path.glob("*"))
     assert key not in logs and second_key not in logs
+
+
+def test_missing_image_is_counted_as_image_missing_and_audited(docker_ready, tmp_path):
+    runtimes = tmp_path / "runtimes"
+    runtimes.mkdir()
+    shutil.copy(REPO_ROOT / "runtimes" / "python.toml", runtimes)
+    spec = (REPO_ROOT / "runtimes" / "sql.toml").read_text()
+    (runtimes / "sql.toml").write_text(spec.replace("sandbox-sql:1", "sandbox-sql:not-built"))
+    audit_path = tmp_path / "audit.jsonl"
+    with running_server(tmp_path, runtimes_dir=runtimes, audit_log=audit_path) as url:
+        before = scrape(url)
+        response = post(url, "SELECT 1;", "sql", headers={"X-Request-ID": "no-image-1"})
+        after = scrape(url)
+    assert response.json()["status"] == "SandboxError"
+    assert delta(before, after, "sandbox_requests_total", language="sql", status="SandboxError") == 1
+    assert delta(before, after, "sandbox_errors_total", kind="image_missing") == 1
+    assert delta(before, after, "sandbox_errors_total", kind="sandbox_unavailable") == 0
+    # Nothing ran, so no step time was observed (only the request's total).
+    hist = "sandbox_execution_time_seconds_count"
+    assert delta(before, after, hist, language="sql", step="run") == 0
+    assert delta(before, after, hist, language="sql", step="total") == 1
+    line = audit_lines(audit_path, {"no-image-1"})["no-image-1"]
+    assert line["status"] == "SandboxError" and line["error_kind"] == "image_missing"
+    assert line["durations_s"]["run"] is None
