@@ -146,6 +146,10 @@ class Metrics:
         return generate_latest(self.registry)
 
 
+class AuditLogUnavailable(RuntimeError):
+    """The audit log file cannot be opened: the server does not start without its audit."""
+
+
 class AuditLog:
     """One JSON line per audited request, to stdout or a file; ``None`` destination: off.
 
@@ -160,7 +164,11 @@ class AuditLog:
         if destination == "stdout":
             handler: logging.Handler = logging.StreamHandler(sys.stdout)
         else:
-            handler = logging.handlers.WatchedFileHandler(destination, encoding="utf-8")
+            try:
+                handler = logging.handlers.WatchedFileHandler(destination, encoding="utf-8")
+            except OSError as exc:
+                raise AuditLogUnavailable(
+                    f"SANDBOX_AUDIT_LOG: cannot append to {destination}: {exc.strerror}") from None
         handler.setFormatter(logging.Formatter("%(message)s"))
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._enqueue = logging.handlers.QueueHandler(self._queue)

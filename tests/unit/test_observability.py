@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from sandbox.api import create_app
 from sandbox.api.auth import ApiKeys, presented_key
-from sandbox.api.observability import AuditLog, accept_request_id, error_kind, status_label
+from sandbox.api.observability import (AuditLog, AuditLogUnavailable, accept_request_id, error_kind,
+                                       status_label)
 from sandbox.config import Settings
 
 KEY = "unit-test-key-" + "0123456789abcdef"
@@ -162,3 +163,8 @@ def test_audit_off_writes_nothing_and_a_file_gets_one_json_line_per_record(tmp_p
     lines = path.read_text().splitlines()
     assert [json.loads(x)["n"] for x in lines] == [1, 2]
     assert json.loads(lines[0])["code_head"] == "line one\nline two"
+
+
+def test_audit_file_that_cannot_be_opened_stops_start_up_with_the_reason(tmp_path):
+    with pytest.raises(AuditLogUnavailable, match="SANDBOX_AUDIT_LOG: cannot append to .*No such file"):
+        create_app(Settings(audit_log=str(tmp_path / "no-such-dir" / "audit.jsonl")))
