@@ -8,11 +8,12 @@ from pathlib import Path
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
+MIN_API_KEY_CHARS = 16  # shorter keys can be guessed; `openssl rand -hex 32` makes a good one
 
 
 def _default_concurrency() -> int:
@@ -22,7 +23,8 @@ def _default_concurrency() -> int:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SANDBOX_", extra="ignore")
+    # hide_input_in_errors: a rejected SANDBOX_API_KEY must not be echoed into a log.
+    model_config = SettingsConfigDict(env_prefix="SANDBOX_", extra="ignore", hide_input_in_errors=True)
 
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, description="Port the HTTP server listens on.")
@@ -84,6 +86,49 @@ class Settings(BaseSettings):
         2, ge=0,
         description="docker backend: started, never-used containers kept ready per image and "
                     "limits, so a request does not wait for a container to start; 0 turns it off.")
+
+    # Observability and access
+    audit_log: str = Field(
+        "stdout",
+        description="Where the audit log goes, one JSON line per /run_code request: `stdout`, "
+                    "a file path (reopened after logrotate moves it), or `off`. Server logs go "
+                    "to stderr, so stdout carries only audit lines.")
+    api_key: SecretStr = Field(
+        SecretStr(""),
+        description="Require this key (`Authorization: Bearer KEY` or `X-API-Key: KEY`) on every "
+                    "endpoint but /v1/ping, /healthz and /readyz. Several keys separated by "
+                    f"commas (to rotate one); each at least {MIN_API_KEY_CHARS} characters. "
+                    "Empty: no key needed.")
+    metrics_public: bool = Field(
+        False,
+        description="With an API key set, serve /metrics without it (for a scraper on a trusted "
+                    "network). Without an API key /metrics is open anyway.")
+
+    @field_validator("audit_log")
+    @classmethod
+    def _audit_destination(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("must be `off`, `stdout` or a file path")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _long_enough_keys(cls, value: SecretStr) -> SecretStr:
+        for key in _split_keys(value):
+            if len(key) < MIN_API_KEY_CHARS:
+                # The key itself is never part of the message (it may end up in a log).
+                raise ValueError(f"each API key must be at least {MIN_API_KEY_CHARS} characters")
+        return value
+
+    @property
+    def api_keys(self) -> list[str]:
+        """The configured API keys; empty when no key is required."""
+        return _split_keys(self.api_key)
+
+
+def _split_keys(value: SecretStr) -> list[str]:
+    return [key.strip() for key in value.get_secret_value().split(",") if key.strip()]
 
 
 @lru_cache(maxsize=1)

@@ -20,8 +20,11 @@ from ..engine.compile_cache import CompileCache
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
+from .auth import require_api_key
 from .limits import BodySizeLimit
 from ..judge import Judge
+from .observability import (install_observability, note_evaluation_result, note_run_request,
+                            note_run_result)
 from .schemas import EvaluateRequest, EvaluateResponse, RunCodeRequest, RunCodeResponse
 from .translate import (InvalidRequest, build_evaluation, build_job, to_evaluate_response,
                         to_response)
@@ -96,6 +99,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.state.services = Services(settings, registry, engine)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # Middleware added later runs first: the key is checked before the body is read, and the
+    # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
+    require_api_key(app, settings)
+    app.state.ops = install_observability(app, settings, engine, registry.languages)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
@@ -121,13 +128,16 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
               summary="Run one program in a fresh sandbox",
               responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
-    async def run_code(req: RunCodeRequest, services: ServicesDep, response: Response) -> RunCodeResponse:
+    async def run_code(req: RunCodeRequest, services: ServicesDep, request: Request,
+                       response: Response) -> RunCodeResponse:
         started = time.perf_counter()
+        note_run_request(request, req)
         job = build_job(req, services.registry, services.settings)
         engine_started = time.perf_counter()
         result = await services.engine.run(job)
         engine_s = time.perf_counter() - engine_started
         body = to_response(result, job, req.fetch_files)
+        note_run_result(request, job, result, body.status, engine_s)
         total_s = time.perf_counter() - started
         # What the sandbox took vs. what the handler added around it (queue wait counts as engine).
         response.headers["Server-Timing"] = (
@@ -138,9 +148,14 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
               summary="Compile once, run every test case, return a verdict per test",
               responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
-    async def evaluate(req: EvaluateRequest, services: ServicesDep) -> EvaluateResponse:
+    async def evaluate(req: EvaluateRequest, services: ServicesDep, request: Request) -> EvaluateResponse:
+        note_run_request(request, req)
         evaluation = build_evaluation(req, services.registry, services.settings)
-        return to_evaluate_response(await services.judge.evaluate(evaluation))
+        started = time.perf_counter()
+        result = await services.judge.evaluate(evaluation)
+        body = to_evaluate_response(result)
+        note_evaluation_result(request, evaluation, result, body.status, time.perf_counter() - started)
+        return body
 
     @app.get("/v1/queue", tags=["Operations"], summary="Sandboxes running and requests waiting")
     async def queue(services: ServicesDep) -> dict:

@@ -63,6 +63,7 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         fetch_bytes=settings.max_fetch_bytes,
         network=settings.network,
     )
+    _check_utf8(req)
     try:
         files = _decode_files(req.files, settings)
         fetch = tuple(dict.fromkeys(confine(p) for p in req.fetch_files))
@@ -71,6 +72,18 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         raise InvalidRequest(str(exc)) from None
     return Job(spec=spec, code=req.code, stdin=(req.stdin or "").encode(), files=files,
                fetch_files=fetch, limits=limits)
+
+
+def _check_utf8(req: RunCodeRequest) -> None:
+    # JSON can carry lone surrogates (\ud800) that no file or pipe can hold.
+    texts = [("code", req.code), ("stdin", req.stdin or "")]
+    texts += [("files path", p) for p in req.files] + [("fetch_files path", p) for p in req.fetch_files]
+    for what, text in texts:
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            raise InvalidRequest(f"{what} is not valid Unicode (it contains a lone surrogate "
+                                 f"such as \\ud800)") from None
 
 
 def _decode_files(files: dict[str, str | None], settings: Settings) -> dict[str, bytes]:

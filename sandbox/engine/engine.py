@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from ..runtimes import RuntimeSpec
 from .backends.base import Backend, BackendError
@@ -42,6 +43,8 @@ class Engine:
         self._gate = asyncio.Semaphore(max_concurrency)
         self.waiting = 0
         self.running = 0
+        # Called with the seconds from asking the backend for a sandbox to having it (metrics).
+        self.on_sandbox_open: Callable[[float], None] | None = None
 
     async def run(self, job: Job) -> JobResult:
         if job.spec.compile is None or self.compile_cache is None:
@@ -103,7 +106,10 @@ class Engine:
         entry = None
         try:
             async with self._slot():
+                asked = time.perf_counter()
                 async with self.backend.open(job.spec.image, job.limits) as box:
+                    if self.on_sandbox_open is not None:
+                        self.on_sandbox_open(time.perf_counter() - asked)
                     result = JobResult(sandbox_id=box.id[:12])
                     ok, entry = await self._prepare(box, job, result, cached if not owner else None,
                                                     want_artifacts=bool(owner))
@@ -165,7 +171,10 @@ class Engine:
         entry = None
         limits, spec = job.limits, job.spec
         try:
+            asked = time.perf_counter()
             async with self.backend.open(spec.image, limits) as box:
+                if self.on_sandbox_open is not None:
+                    self.on_sandbox_open(time.perf_counter() - asked)
                 result.sandbox_id = box.id[:12]
                 compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
                 if not compiled:
@@ -180,6 +189,7 @@ class Engine:
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", spec.language, exc)
             self._record_error(result, str(exc))
+            result.error_kind = exc.kind
         return result, entry
 
     @staticmethod

@@ -70,3 +70,4 @@ class JobResult:
     oom_killed: bool = False
     sandbox_id: str | None = None
     error: str = ""                # set when the job failed outside any step
+    error_kind: str = ""           # BackendError.kind of that failure, for metrics

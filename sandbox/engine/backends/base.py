@@ -23,11 +23,11 @@ SANDBOX_UID = 65534  # "nobody": no home, no privileges, owns only the work dire
 
 
 class BackendError(RuntimeError):
-    pass
+    kind = "backend_error"  # label in the sandbox_errors_total metric
 
 
 class SandboxUnavailable(BackendError):
-    pass
+    kind = "sandbox_unavailable"
 
 
 class SandboxEndedByProgram(BackendError):
@@ -35,6 +35,8 @@ class SandboxEndedByProgram(BackendError):
 
 
 class ImageMissing(BackendError):
+    kind = "image_missing"
+
     def __init__(self, image: str) -> None:
         self.image = image
         super().__init__(f"image {image} is not built; run `make images` on the server host")
