@@ -10,7 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
-from .config import ConfigError, Settings, load_settings
+from .config import ConfigError, Settings, load_settings, unknown_environment_settings
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +84,11 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     if settings.backend != "docker":
         leave_hybrid_cgroups()  # before any thread starts: unshare() needs a single thread
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("sandbox")
+    log.info("settings: %s", f"config file {settings.config}" if settings.config else "no config file")
+    for name, close in unknown_environment_settings():
+        log.warning("environment variable %s is not a setting and is ignored%s", name,
+                    f" (did you mean {close}?)" if close else "")
     uvicorn.run(create_app(settings), host=args.host or settings.host,
                 port=args.port or settings.port, log_level="info",
                 access_log=False)  # a log line per request costs more than the request's HTTP

@@ -242,6 +242,28 @@ class Settings(BaseSettings):
         )
 
 
+# SANDBOX_* variables that are not settings but are read by someone (the test suite).
+OTHER_KNOWN_ENV = {"SANDBOX_TESTS_REQUIRE_DOCKER", "SANDBOX_TESTS_REQUIRE_OCI"}
+
+
+def unknown_environment_settings() -> list[tuple[str, str | None]]:
+    """SANDBOX_* variables that set nothing (typos, settings from another version), each with
+    the closest setting's variable, if one is close."""
+    known = [name.upper() for name in Settings.model_fields]
+    unknown = []
+    for name in sorted(os.environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in OTHER_KNOWN_ENV:
+            continue
+        setting = upper.removeprefix(ENV_PREFIX)
+        if setting in known or setting.startswith("LANGUAGES__"):
+            continue
+        # Compared without the shared prefix, which would make everything look close.
+        close = difflib.get_close_matches(setting, known, n=1)
+        unknown.append((name, ENV_PREFIX + close[0] if close else None))
+    return unknown
+
+
 def load_settings(**overrides: Any) -> Settings:
     """``Settings(**overrides)``, with validation errors turned into one readable ConfigError."""
     try:

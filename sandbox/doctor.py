@@ -4,7 +4,6 @@ slower or less safe) or PROBLEM (blocks serving), and for anything not OK, the f
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
 import shutil
 import subprocess
@@ -13,14 +12,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import CONFIG_ENV, ENV_PREFIX, Settings
+from .config import CONFIG_ENV, ENV_PREFIX, Settings, unknown_environment_settings
 from .engine.cgroups import CGROUP_ROOT
 from .runtimes import RuntimeRegistry, RuntimeSpec
 
 OK, WARN, PROBLEM = "OK", "WARN", "PROBLEM"
 GiB = 1024 ** 3
-# SANDBOX_* variables that are not settings but are read by someone (the test suite).
-OTHER_KNOWN_ENV = {CONFIG_ENV, "SANDBOX_TESTS_REQUIRE_DOCKER", "SANDBOX_TESTS_REQUIRE_OCI"}
 
 
 @dataclass
@@ -48,15 +45,9 @@ class Doctor:
         source = f"config file {s.config}" if s.config else f"no config file ({CONFIG_ENV} unset)"
         overrides = f", overrides for {', '.join(sorted(s.languages))}" if s.languages else ""
         self.add(OK, f"settings: {source}{overrides}")
-        known = {f"{ENV_PREFIX}{name.upper()}" for name in Settings.model_fields}
-        for name in sorted(os.environ):
-            upper = name.upper()
-            if not upper.startswith(ENV_PREFIX) or upper in known | OTHER_KNOWN_ENV \
-                    or upper.startswith(f"{ENV_PREFIX}LANGUAGES__"):
-                continue
-            close = difflib.get_close_matches(upper, sorted(known), n=1)
+        for name, close in unknown_environment_settings():
             self.add(WARN, f"environment variable {name} is not a setting and is ignored",
-                     f"rename it to {close[0]}" if close else
+                     f"rename it to {close}" if close else
                      "remove it; `sandbox config --markdown` lists the settings")
         try:
             self.registry = RuntimeRegistry.load(s.runtimes_dir)

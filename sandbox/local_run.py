@@ -3,7 +3,6 @@ without an HTTP server. Handy to try a runtime spec or a config file, and in she
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import sys

@@ -214,3 +214,14 @@ def test_the_readme_table_is_the_generated_one():
     assert _readme_table() == markdown_table(), \
         "README.md's settings table is out of date; regenerate it with " \
         "`python -m sandbox config --markdown` and paste it over the old one"
+
+
+def test_unknown_sandbox_variables_are_found_with_the_setting_meant(monkeypatch):
+    from sandbox.config import unknown_environment_settings
+
+    monkeypatch.setenv("SANDBOX_MAX_MEMMORY_MB", "1")
+    monkeypatch.setenv("SANDBOX_ZZZ", "1")
+    monkeypatch.setenv("SANDBOX_PORT", "1")                       # a setting
+    monkeypatch.setenv("SANDBOX_LANGUAGES__JAVA__CPUS", "2")      # a per-language one
+    assert unknown_environment_settings() == [("SANDBOX_MAX_MEMMORY_MB", "SANDBOX_MAX_MEMORY_MB"),
+                                              ("SANDBOX_ZZZ", None)]
