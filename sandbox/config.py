@@ -35,7 +35,8 @@ CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
 class ConfigError(ValueError):
-    """The configuration file cannot be used as it is; the message says what to change."""
+    """The settings (config file or environment) cannot be used as they are; the message says
+    what to change."""
 
 
 class LanguageOverrides(BaseModel):
@@ -98,7 +99,7 @@ def _unknown_key(path: Path, key: str, known: list[str], where: str = "") -> Con
 
 def _check_keys(path: Path, data: dict[str, Any], settings_cls: type[BaseSettings]) -> None:
     known = [name for name in settings_cls.model_fields if name != "config"]
-    for key, value in data.items():
+    for key in data:
         if key == "config":
             raise ConfigError(f"config file {path}: `config` cannot be set inside the config file")
         if key not in known:
@@ -122,8 +123,8 @@ class Settings(BaseSettings):
                                       extra="ignore")
 
     config: Path | None = Field(
-        None, description="TOML file with settings (keys as below, lower case, without the "
-                          "prefix); environment variables win over it. Also `serve --config`.")
+        None, description="TOML file with settings (the file keys below); environment variables "
+                          "win over it. `--config PATH` on any `sandbox` command wins over this.")
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, description="Port the HTTP server listens on.")
     runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -62,11 +63,11 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 
-def _origin(name: str, settings: Settings) -> str:
+def _origin(name: str, file_keys: set[str], settings: Settings) -> str:
     env_name = f"{ENV_PREFIX}{name.upper()}"
     if any(key.upper() == env_name or key.upper().startswith(env_name + "__") for key in os.environ):
         return f"  # from {env_name}"
-    if name in settings.model_fields_set and settings.config is not None:
+    if name in file_keys:
         return f"  # from {settings.config}"
     return ""
 
@@ -74,10 +75,12 @@ def _origin(name: str, settings: Settings) -> str:
 def effective_toml(settings: Settings) -> str:
     """The settings in force, as a config file; each line says where a non-default came from."""
     lines = [f"# effective settings{f' (config file {settings.config})' if settings.config else ''}"]
+    file_keys = set(tomllib.loads(Path(settings.config).read_text())) if settings.config else set()
     for name in Settings.model_fields:
         if name in ("config", "languages"):
             continue
-        lines.append(f"{name} = {_toml_value(getattr(settings, name))}{_origin(name, settings)}")
+        lines.append(f"{name} = {_toml_value(getattr(settings, name))}"
+                     f"{_origin(name, file_keys, settings)}")
     for language, overrides in sorted(settings.languages.items()):
         lines += ["", f"[languages.{language}]"]
         for key, value in overrides.model_dump(exclude_none=True).items():

@@ -186,6 +186,8 @@ def test_effective_toml_loads_back_to_the_same_settings(config_file, monkeypatch
     assert re.search(r'^instance = "odd \\"name\\""  # from SANDBOX_INSTANCE$', text, re.M)
     assert re.search(r"^port = 9003  # from .*sandbox.toml$", text, re.M)
     assert "# from" not in next(line for line in text.splitlines() if line.startswith("cpus"))
+    by_keyword = effective_toml(Settings(max_queue=5))  # neither environment nor file
+    assert "\nmax_queue = 5\n" in by_keyword
     monkeypatch.delenv("SANDBOX_INSTANCE")
     again = tmp_path / "again.toml"
     again.write_text(text)
