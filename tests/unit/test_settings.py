@@ -227,3 +227,14 @@ def test_unknown_sandbox_variables_are_found_with_the_setting_meant(monkeypatch)
     monkeypatch.setenv("SANDBOX_LANGUAGES__JAVA__CPUS", "2")      # a per-language one
     assert unknown_environment_settings() == [("SANDBOX_MAX_MEMMORY_MB", "SANDBOX_MAX_MEMORY_MB"),
                                               ("SANDBOX_ZZZ", None)]
+
+
+def test_the_readme_config_example_loads_and_means_what_it_says(tmp_path):
+    section = README.read_text().split("## Configuration", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "example.toml"
+    path.write_text(example)
+    settings = load_settings(config=path)
+    java = settings.for_language("java", 2048)
+    assert (java.memory_mb, java.max_memory_mb, java.pids_limit, java.cpus) == (3072, 6144, 1024, 2)
+    assert settings.for_language("python", 1024).max_timeout_s == 30
