@@ -66,16 +66,16 @@ class Doctor:
     def check_docker(self) -> None:
         import docker
 
+        where = os.environ.get("DOCKER_HOST", "the local socket")
         try:
             client = docker.from_env(timeout=10)
             version = client.version().get("Version", "?")
         except Exception as exc:  # noqa: BLE001 - any failure means "no usable daemon"
-            self.add(PROBLEM, f"Docker daemon not reachable: {str(exc)[:200]}",
+            self.add(PROBLEM, f"Docker daemon not reachable at {where}: {str(exc)[:200]}",
                      "start it (`systemctl start docker` or `dockerd &`), or set DOCKER_HOST "
                      "to a daemon that answers; images are built and kept there")
             return
         self.docker = client
-        where = os.environ.get("DOCKER_HOST", "the local socket")
         self.add(OK, f"Docker daemon reachable at {where} (Docker {version})")
 
     def check_oci_runtimes(self) -> None:
@@ -203,8 +203,10 @@ class Doctor:
         problem, label = asyncio.run(probe())
         took = time.monotonic() - started
         if problem is None:
-            self.add(OK, f"a {spec.language} sandbox ran its smoke test on {label} in {took:.2f} s "
-                         f"(the first run on oci includes unpacking the image)")
+            unpacking = " (the first on oci includes unpacking the image)" \
+                if self.backend_name == "oci" else ""
+            self.add(OK, f"a {spec.language} sandbox ran its smoke test on {label} in "
+                         f"{took:.2f} s{unpacking}")
         elif self.backend_name == "oci" and self.settings.backend == "auto":
             self.add(WARN, f"{spec.language} smoke test failed on {label}: {problem}; the server "
                      f"would fall back to docker", "read the error above; `make images` rebuilds "
@@ -219,11 +221,12 @@ class Doctor:
             folder = Path(getattr(self.settings, name))
             problem = _writable_problem(folder)
             setting = f"{ENV_PREFIX}{name.upper()}"
+            unused = "" if blocking else " (used by the oci backend only)"
             if problem is None:
                 exists = "" if folder.exists() else " (will be created)"
-                self.add(OK, f"{name} {folder} is writable{exists}")
+                self.add(OK, f"{name} {folder} is writable{exists}{unused}")
             else:
-                self.add(PROBLEM if blocking else WARN, f"{name} {folder}: {problem}",
+                self.add(PROBLEM if blocking else WARN, f"{name} {folder}: {problem}{unused}",
                          f"run as root, or point {setting} at a writable folder")
         self._check_disk()
 

@@ -201,6 +201,15 @@ def test_doctor_names_a_missing_image_with_its_fix_and_fails(docker_ready, tmp_p
     assert "1 problem(s) block serving" in out
 
 
+def test_doctor_without_a_docker_daemon_says_how_to_start_one():
+    result = sandbox_cli("doctor", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    out = result.stdout.decode()
+    assert result.returncode == 1, out
+    assert "PROBLEM  Docker daemon not reachable at unix:///nonexistent/docker.sock" in out
+    assert "fix: start it (`systemctl start docker`" in out
+    assert "problem(s) block serving" in out
+
+
 # -- sandbox config ---------------------------------------------------------------------------
 
 def test_config_prints_the_effective_settings_as_a_usable_file(tmp_path):
