@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .config import CONFIG_ENV, ENV_PREFIX, Settings, unknown_environment_settings
 from .engine.cgroups import CGROUP_ROOT
-from .runtimes import RuntimeRegistry, RuntimeSpec
+from .runtimes import RuntimeRegistry, RuntimeSpec, RuntimeSpecError
 
 OK, WARN, PROBLEM = "OK", "WARN", "PROBLEM"
 GiB = 1024 ** 3
@@ -51,7 +51,7 @@ class Doctor:
                      "remove it; `sandbox config --markdown` lists the settings")
         try:
             self.registry = RuntimeRegistry.load(s.runtimes_dir)
-        except Exception as exc:  # noqa: BLE001 - any failure to load is the finding
+        except (RuntimeSpecError, OSError) as exc:
             self.add(PROBLEM, f"runtime specs: {exc}", "fix the spec file named above, or point "
                      "SANDBOX_RUNTIMES_DIR at the repository's runtimes/ folder")
 
