@@ -1,47 +1,153 @@
-"""``sandbox serve | images build [LANG...] | images list`` (also ``python -m sandbox``)."""
+"""sandbox: serve | run FILE | doctor | config | images build [LANG...] | images list
+(also ``python -m sandbox``). Settings come from SANDBOX_* variables and the TOML file named by
+SANDBOX_CONFIG or --config; `sandbox config --markdown` lists them."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
+from pathlib import Path
 
-from .config import get_settings
+from .config import ConfigError, Settings, load_settings, unknown_environment_settings
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sandbox", description=__doc__)
+def _parser() -> argparse.ArgumentParser:
+    # --config is accepted before or after every command, so `run` and `doctor` see what
+    # `serve` would. SUPPRESS: a command's missing --config must not erase one given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PATH", type=Path, default=argparse.SUPPRESS,
+                        help="TOML settings file (default: $SANDBOX_CONFIG, else none)")
+    parser = argparse.ArgumentParser(prog="sandbox", description=__doc__, parents=[common])
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP server")
+
+    serve = sub.add_parser("serve", parents=[common], help="run the HTTP server")
     serve.add_argument("--host", help="bind address (default SANDBOX_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default SANDBOX_PORT or 8080)")
-    images = sub.add_parser("images", help="build or list the language images")
+
+    run = sub.add_parser(
+        "run", parents=[common], help="run one program in a sandbox, without a server",
+        description="Run FILE once through the same engine, backend and limits the server uses. "
+                    "Exit code: 0 on success; the program's own exit code; 128+N if killed by "
+                    "signal N; 124 on timeout; 1 if compiling failed; 2 if the run could not be "
+                    "asked for; 3 if the sandbox failed.")
+    run.add_argument("file", type=Path, help="source file; its extension gives the language")
+    run.add_argument("--language", "-l", help="language (default: from the file's extension)")
+    run.add_argument("--stdin", metavar="FILE|-", help="feed this file (or - for this stdin)")
+    run.add_argument("--timeout", type=float, default=10.0, metavar="S",
+                     help="run step limit, seconds (default 10)")
+    run.add_argument("--compile-timeout", type=float, default=10.0, metavar="S",
+                     help="compile step limit, seconds (default 10)")
+    run.add_argument("--memory", type=int, default=-1, metavar="MB",
+                     help="memory cap (default: the language's, after config overrides)")
+    run.add_argument("--json", action="store_true",
+                     help="print the SandboxFusion-shaped response instead of the output")
+
+    sub.add_parser("doctor", parents=[common],
+                   help="check that this host can serve, and say how to fix what is missing")
+
+    config = sub.add_parser("config", parents=[common], help="print the effective settings")
+    config.add_argument("--markdown", action="store_true",
+                        help="print the table of every setting (as in the README) instead")
+
+    images = sub.add_parser("images", parents=[common], help="build or list the language images")
     images_sub = images.add_subparsers(dest="images_command", required=True)
     build = images_sub.add_parser("build", help="build the base and language images")
     build.add_argument("languages", nargs="*", help="only these languages (default: all)")
     images_sub.add_parser("list", help="show each language's image and toolchain version")
-    args = parser.parse_args(argv)
-    settings = get_settings()
+    return parser
 
-    if args.command == "serve":
-        import uvicorn
 
-        from .api import create_app
-        from .engine.backends.oci import leave_hybrid_cgroups
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    config_file = getattr(args, "config", None)  # absent when given nowhere (SUPPRESS)
+    if args.command == "config" and args.markdown:
+        from .config_docs import markdown_table
 
-        if settings.backend != "docker":
-            leave_hybrid_cgroups()  # before any thread starts: unshare() needs a single thread
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        uvicorn.run(create_app(settings), host=args.host or settings.host,
-                    port=args.port or settings.port, log_level="info",
-                    access_log=False)  # a log line per request costs more than the request's HTTP
+        print(markdown_table(), end="")  # the model's table: needs no valid environment
         return 0
+    try:
+        settings = load_settings(config=config_file) if config_file else load_settings()
+    except ConfigError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr)
+        return 2
+    return COMMANDS[args.command](args, settings)
+
+
+def serve(args: argparse.Namespace, settings: Settings) -> int:
+    import uvicorn
+
+    from .api import create_app
+    from .engine.backends.oci import leave_hybrid_cgroups
+
+    if settings.backend != "docker":
+        leave_hybrid_cgroups()  # before any thread starts: unshare() needs a single thread
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log = logging.getLogger("sandbox")
+    log.info("settings: %s", f"config file {settings.config}" if settings.config else "no config file")
+    for name, close in unknown_environment_settings():
+        log.warning("environment variable %s is not a setting and is ignored%s", name,
+                    f" (did you mean {close}?)" if close else "")
+    uvicorn.run(create_app(settings), host=args.host or settings.host,
+                port=args.port or settings.port, log_level="info",
+                access_log=False)  # a log line per request costs more than the request's HTTP
+    return 0
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    from .engine.backends.oci import leave_hybrid_cgroups
+    from .local_run import EXIT_USAGE, RunUsageError, exit_code_for, print_human, run_file
+
+    if args.stdin == "-":
+        stdin = sys.stdin.buffer.read()
+    elif args.stdin:
+        try:
+            stdin = Path(args.stdin).read_bytes()
+        except OSError as exc:
+            print(f"sandbox run: cannot read --stdin {args.stdin}: {exc.strerror}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        stdin = b""
+    if settings.backend != "docker":
+        leave_hybrid_cgroups()  # as serve does: crun then runs directly
+    logging.basicConfig(level=logging.WARNING, format="sandbox run: %(message)s")
+    try:
+        response, backend, language = asyncio.run(run_file(
+            args.file, settings, language=args.language, stdin=stdin, timeout_s=args.timeout,
+            compile_timeout_s=args.compile_timeout, memory_mb=args.memory))
+    except RunUsageError as exc:
+        print(f"sandbox run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.json:
+        print(response.model_dump_json(indent=1))
+    else:
+        print_human(response, backend, language)
+    return exit_code_for(response)
+
+
+def doctor(args: argparse.Namespace, settings: Settings) -> int:
+    from .doctor import doctor as run_doctor
+
+    return run_doctor(settings)
+
+
+def config(args: argparse.Namespace, settings: Settings) -> int:
+    from .config_docs import effective_toml
+
+    print(effective_toml(settings), end="")
+    return 0
+
+
+def images(args: argparse.Namespace, settings: Settings) -> int:
     from .images import build_images, list_images
 
     if args.images_command == "build":
         return build_images(args.languages or None, settings)
     return list_images(settings)
 
+
+COMMANDS = {"serve": serve, "run": run, "doctor": doctor, "config": config, "images": images}
 
 if __name__ == "__main__":
     sys.exit(main())

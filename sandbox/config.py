@@ -1,15 +1,25 @@
-"""Every server setting, declared once with its default; read from ``SANDBOX_*`` variables."""
+"""Every server setting, declared once with its default.
+
+Read, highest precedence first, from: keyword arguments, ``SANDBOX_*`` environment
+variables, the TOML file named by ``SANDBOX_CONFIG`` (or ``serve --config``), the defaults.
+The file may also hold a ``[languages.<name>]`` table per language (``LanguageOverrides``);
+``Settings.for_language`` gives the limits that apply to one language.
+"""
 
 from __future__ import annotations
 
+import difflib
 import os
+import tomllib
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
 
-from typing import Literal
-
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator,
+                      model_validator)
+from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
+                               TomlConfigSettingsSource)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
@@ -22,13 +32,106 @@ def _default_concurrency() -> int:
     return max(2, 2 * (os.cpu_count() or 1))
 
 
-class Settings(BaseSettings):
-    # hide_input_in_errors: a rejected SANDBOX_API_KEY must not be echoed into a log.
-    model_config = SettingsConfigDict(env_prefix="SANDBOX_", extra="ignore", hide_input_in_errors=True)
+ENV_PREFIX = "SANDBOX_"
+CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
+
+class ConfigError(ValueError):
+    """The settings (config file or environment) cannot be used as they are; the message says
+    what to change."""
+
+
+class LanguageOverrides(BaseModel):
+    """``[languages.<name>]``: limits for one language that differ from the server-wide ones."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    memory_mb: int | None = Field(
+        None, ge=16, description="Memory cap when a request asks for -1 (instead of the runtime "
+                                 "spec's `memory_mb`).")
+    max_memory_mb: int | None = Field(None, ge=16, description="Ceiling on `memory_limit_MB`.")
+    max_timeout_s: float | None = Field(
+        None, gt=0, description="Ceiling on `compile_timeout` and `run_timeout` (seconds).")
+    cpus: float | None = Field(None, gt=0, description="CPUs each sandbox may use.")
+    pids_limit: int | None = Field(None, ge=8, description="Processes and threads per sandbox.")
+    output_limit_bytes: int | None = Field(None, ge=1024, description="Per-stream output cap.")
+
+
+@dataclass(frozen=True)
+class LanguageLimits:
+    """The limits in force for one language: its overrides, else the server-wide settings."""
+
+    language: str
+    memory_mb: int          # default cap (a request's -1)
+    max_memory_mb: int
+    max_timeout_s: float
+    cpus: float
+    pids_limit: int
+    output_limit_bytes: int
+    overridden: frozenset[str]  # names set in [languages.<language>]
+
+    def setting_name(self, name: str) -> str:
+        """Where ``name`` is set for this language, for error messages."""
+        if name in self.overridden:
+            return f"[languages.{self.language}] {name}"
+        return ENV_PREFIX + name.upper()
+
+
+class StrictTomlSource(TomlConfigSettingsSource):
+    """The config file, refused loudly when it is missing, malformed or names an unknown key:
+    a typo must not silently leave a setting at its default."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist (named by {CONFIG_ENV} or "
+                              f"--config); create it or unset {CONFIG_ENV}")
+        try:
+            super().__init__(settings_cls, toml_file=path)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        _check_keys(path, self.toml_data, settings_cls)
+
+
+def _unknown_key(path: Path, key: str, known: list[str], where: str = "") -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return ConfigError(f"config file {path}: unknown setting {where}{key!r}; {hint}"
+                       f"known settings{' here' if where else ''}: {', '.join(known)}")
+
+
+def _check_keys(path: Path, data: dict[str, Any], settings_cls: type[BaseSettings]) -> None:
+    known = [name for name in settings_cls.model_fields if name != "config"]
+    for key in data:
+        if key == "config":
+            raise ConfigError(f"config file {path}: `config` cannot be set inside the config file")
+        if key not in known:
+            raise _unknown_key(path, key, known)
+    languages = data.get("languages", {})
+    if not isinstance(languages, dict):
+        raise ConfigError(f"config file {path}: `languages` must be tables like [languages.java]")
+    language_keys = list(LanguageOverrides.model_fields)
+    for language, table in languages.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"config file {path}: languages.{language} must be a table "
+                              f"([languages.{language}])")
+        for key in table:
+            if key not in language_keys:
+                raise _unknown_key(path, key, language_keys, where=f"[languages.{language}] ")
+
+
+class Settings(BaseSettings):
+    # `__` separates nested keys in the environment: SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072.
+    # hide_input_in_errors: a rejected SANDBOX_API_KEY must not be echoed into a log.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter="__",
+                                      extra="ignore", hide_input_in_errors=True)
+
+    config: Path | None = Field(
+        None, description="TOML file with settings (the file keys below); environment variables "
+                          "win over it. `--config PATH` on any `sandbox` command wins over this.")
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
     port: int = Field(8080, description="Port the HTTP server listens on.")
-    runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).")
+    runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).",
+                               json_schema_extra={"shown_default": "`runtimes/` in the repository"})
 
     backend: Literal["auto", "oci", "docker"] = Field(
         "auto",
@@ -39,12 +142,13 @@ class Settings(BaseSettings):
         "auto", description="OCI runtime for the oci backend: crun, runc, a path, or auto (crun, "
                             "else runc).")
     state_dir: Path = Field(Path("/var/lib/llm-sandbox"),
-                            description="Unpacked image roots (oci backend) and the compile cache.")
+                            description="Unpacked image roots (oci backend).")
     run_dir: Path = Field(Path("/run/llm-sandbox"),
                           description="Per-request bundles and work directories (oci backend).")
     max_concurrency: int = Field(
         default_factory=_default_concurrency, ge=1,
-        description="Containers running at once; further requests wait in a queue.")
+        description="Containers running at once; further requests wait in a queue.",
+        json_schema_extra={"shown_default": "2 x CPU cores"})
     max_queue: int = Field(
         1024, ge=0, description="Requests that may wait for a sandbox; beyond it: HTTP 504 at once.")
     queue_timeout_s: float = Field(
@@ -86,6 +190,12 @@ class Settings(BaseSettings):
         2, ge=0,
         description="docker backend: started, never-used containers kept ready per image and "
                     "limits, so a request does not wait for a container to start; 0 turns it off.")
+    languages: dict[str, LanguageOverrides] = Field(
+        default_factory=dict,
+        description="Per-language limits, `[languages.<name>]` tables in the config file "
+                    "(keys in the table below); in the environment "
+                    "`SANDBOX_LANGUAGES__<NAME>__<KEY>`.",
+        json_schema_extra={"shown_default": "none"})
 
     # Observability and access
     audit_log: str = Field(
@@ -126,6 +236,93 @@ class Settings(BaseSettings):
         """The configured API keys; empty when no key is required."""
         return _split_keys(self.api_key)
 
+    @classmethod
+    def settings_customise_sources(
+            cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources = (init_settings, env_settings, dotenv_settings, file_secret_settings)
+        path = init_settings.init_kwargs.get("config") or os.environ.get(CONFIG_ENV)
+        if path:
+            sources += (StrictTomlSource(settings_cls, Path(path)),)
+        return sources
+
+    @model_validator(mode="after")
+    def _languages_are_served(self) -> "Settings":
+        if not self.languages:
+            return self
+        # Runtime specs are named after their language (runtimes.py enforces it).
+        served = sorted(p.stem for p in Path(self.runtimes_dir).glob("*.toml"))
+        for language, overrides in self.languages.items():
+            if language not in served:
+                raise ValueError(f"[languages.{language}]: {language!r} is not served here; "
+                                 f"served languages: {', '.join(served)}")
+            ceiling = overrides.max_memory_mb or self.max_memory_mb
+            if overrides.memory_mb is not None and overrides.memory_mb > ceiling:
+                raise ValueError(
+                    f"[languages.{language}] memory_mb {overrides.memory_mb} is above the "
+                    f"{language} ceiling of {ceiling} MB; lower it or raise max_memory_mb")
+        return self
+
+    def for_language(self, language: str, spec_memory_mb: int) -> LanguageLimits:
+        """The limits for ``language``, whose runtime spec asks for ``spec_memory_mb`` by default."""
+        overrides = self.languages.get(language, LanguageOverrides())
+        chosen = overrides.model_dump(exclude_none=True)
+
+        def pick(name: str):
+            return chosen.get(name, getattr(self, name))
+
+        max_memory_mb = pick("max_memory_mb")
+        return LanguageLimits(
+            language=language,
+            # A spec default above the server's ceiling is clamped, not refused: the ceiling
+            # is the operator's word.
+            memory_mb=chosen.get("memory_mb", min(spec_memory_mb, max_memory_mb)),
+            max_memory_mb=max_memory_mb,
+            max_timeout_s=pick("max_timeout_s"),
+            cpus=pick("cpus"),
+            pids_limit=pick("pids_limit"),
+            output_limit_bytes=pick("output_limit_bytes"),
+            overridden=frozenset(chosen),
+        )
+
+
+# SANDBOX_* variables that are not settings but are read by someone (the test suite).
+OTHER_KNOWN_ENV = {"SANDBOX_TESTS_REQUIRE_DOCKER", "SANDBOX_TESTS_REQUIRE_OCI"}
+
+
+def unknown_environment_settings() -> list[tuple[str, str | None]]:
+    """SANDBOX_* variables that set nothing (typos, settings from another version), each with
+    the closest setting's variable, if one is close."""
+    known = [name.upper() for name in Settings.model_fields]
+    unknown = []
+    for name in sorted(os.environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in OTHER_KNOWN_ENV:
+            continue
+        setting = upper.removeprefix(ENV_PREFIX)
+        if setting in known or setting.startswith("LANGUAGES__"):
+            continue
+        # Compared without the shared prefix, which would make everything look close.
+        close = difflib.get_close_matches(setting, known, n=1)
+        unknown.append((name, ENV_PREFIX + close[0] if close else None))
+    return unknown
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """``Settings(**overrides)``, with validation errors turned into one readable ConfigError."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err.get("loc", ()))
+            secret = where == "api_key"  # never echoed: it may end up in a log
+            value = "" if where == "" or secret else f" (got {err.get('input')!r})"
+            message = str(err.get("msg")).removeprefix("Value error, ")
+            problems.append(f"{where + ': ' if where else ''}{message}{value}")
+        raise ConfigError("invalid settings: " + "; ".join(problems)) from None
+
 
 def _split_keys(value: SecretStr) -> list[str]:
     return [key.strip() for key in value.get_secret_value().split(",") if key.strip()]
@@ -133,4 +330,4 @@ def _split_keys(value: SecretStr) -> list[str]:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    return Settings()
+    return load_settings()

@@ -7,7 +7,7 @@ import binascii
 import math
 import socket
 
-from ..config import Settings
+from ..config import LanguageLimits, Settings
 from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
 from ..engine.output import decode_output
 from ..engine.paths import UnsafePath, check_no_overlap, confine
@@ -24,26 +24,26 @@ class InvalidRequest(ValueError):
     """A request that validated against the schema but cannot be run as asked (HTTP 422)."""
 
 
-def _timeout(name: str, value: float, settings: Settings) -> float:
+def _timeout(name: str, value: float, allowed: LanguageLimits) -> float:
     if not math.isfinite(value) or value <= 0:
         raise InvalidRequest(f"{name} must be a positive number of seconds, got {value}")
-    if value > settings.max_timeout_s:
+    if value > allowed.max_timeout_s:
         raise InvalidRequest(
-            f"{name} {value} s is above this server's ceiling of {settings.max_timeout_s:g} s "
-            f"(SANDBOX_MAX_TIMEOUT_S)")
+            f"{name} {value} s is above this server's ceiling of {allowed.max_timeout_s:g} s "
+            f"for {allowed.language} ({allowed.setting_name('max_timeout_s')})")
     return float(value)
 
 
-def _memory(value: int, default_mb: int, settings: Settings) -> int:
+def _memory(value: int, allowed: LanguageLimits) -> int:
     if value == -1:
-        return min(default_mb, settings.max_memory_mb)
+        return allowed.memory_mb
     if value < MIN_MEMORY_MB:
         raise InvalidRequest(
             f"memory_limit_MB must be -1 (the language's default) or at least {MIN_MEMORY_MB}, got {value}")
-    if value > settings.max_memory_mb:
+    if value > allowed.max_memory_mb:
         raise InvalidRequest(
-            f"memory_limit_MB {value} is above this server's ceiling of {settings.max_memory_mb} MB "
-            f"(SANDBOX_MAX_MEMORY_MB)")
+            f"memory_limit_MB {value} is above this server's ceiling of {allowed.max_memory_mb} MB "
+            f"for {allowed.language} ({allowed.setting_name('max_memory_mb')})")
     return value
 
 
@@ -52,14 +52,15 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         spec = registry.get(req.language)
     except LookupError as exc:
         raise InvalidRequest(str(exc)) from None
+    allowed = settings.for_language(spec.language, spec.memory_mb)
     limits = Limits(
-        compile_timeout_s=_timeout("compile_timeout", req.compile_timeout, settings),
-        run_timeout_s=_timeout("run_timeout", req.run_timeout, settings),
-        memory_mb=_memory(req.memory_limit_MB, spec.memory_mb, settings),
-        cpus=settings.cpus,
-        pids=settings.pids_limit,
+        compile_timeout_s=_timeout("compile_timeout", req.compile_timeout, allowed),
+        run_timeout_s=_timeout("run_timeout", req.run_timeout, allowed),
+        memory_mb=_memory(req.memory_limit_MB, allowed),
+        cpus=allowed.cpus,
+        pids=allowed.pids_limit,
         workdir_mb=settings.workdir_size_mb,
-        output_bytes=settings.output_limit_bytes,
+        output_bytes=allowed.output_limit_bytes,
         fetch_bytes=settings.max_fetch_bytes,
         network=settings.network,
     )
@@ -198,8 +199,8 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                                  f"{job.spec.language} is compiled")
         if req.fn_name is not None:
             raise InvalidRequest("a request has either fn_name tests or assert_code tests, not both")
-    if req.total_timeout is not None:
-        _timeout("total_timeout", req.total_timeout, settings)
+    if req.total_timeout is not None and (not math.isfinite(req.total_timeout) or req.total_timeout <= 0):
+        raise InvalidRequest(f"total_timeout must be a positive number of seconds, got {req.total_timeout}")
     checker = None
     if req.checker is not None:
         checker_job = build_job(RunCodeRequest(code=req.checker.code, language=req.checker.language,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from ...config import Settings
 from .base import Backend
@@ -16,8 +17,32 @@ class BackendUnavailable(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class BackendChoice:
+    name: str              # "oci" or "docker"
+    oci_runtime: str | None
+    reason: str            # why this one, in words (`sandbox doctor` prints it)
+
+
 def oci_candidates(settings: Settings) -> list[str]:
     return ["crun", "runc"] if settings.oci_runtime == "auto" else [settings.oci_runtime]
+
+
+def plan_backend(settings: Settings) -> BackendChoice:
+    """Which backend ``settings`` get on this host, from cheap checks (no container started)."""
+    if settings.backend == "docker":
+        return BackendChoice("docker", None, "SANDBOX_BACKEND is docker")
+    problems = []
+    for runtime in oci_candidates(settings):
+        problem = oci_problem(runtime)
+        if problem is None:
+            why = "SANDBOX_BACKEND is oci" if settings.backend == "oci" else \
+                "auto prefers oci, and it can run here"
+            return BackendChoice("oci", runtime, f"{why}: running as root, {runtime} installed")
+        problems.append(f"{runtime}: {problem}")
+    if settings.backend == "oci":
+        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems))
+    return BackendChoice("docker", None, "oci backend unavailable (" + "; ".join(problems) + ")")
 
 
 def make_docker(settings: Settings) -> DockerBackend:
@@ -26,16 +51,10 @@ def make_docker(settings: Settings) -> DockerBackend:
 
 
 def choose_backend(settings: Settings) -> Backend:
-    if settings.backend == "docker":
-        return make_docker(settings)
-    problems = []
-    for runtime in oci_candidates(settings):
-        problem = oci_problem(runtime)
-        if problem is None:
-            return OciBackend(runtime, instance=settings.instance, state_dir=settings.state_dir,
-                              run_dir=settings.run_dir)
-        problems.append(f"{runtime}: {problem}")
-    if settings.backend == "oci":
-        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems))
-    log.warning("oci backend unavailable (%s); using the docker backend", "; ".join(problems))
+    choice = plan_backend(settings)
+    if choice.name == "oci":
+        return OciBackend(choice.oci_runtime, instance=settings.instance,
+                          state_dir=settings.state_dir, run_dir=settings.run_dir)
+    if settings.backend == "auto":
+        log.warning("%s; using the docker backend", choice.reason)
     return make_docker(settings)

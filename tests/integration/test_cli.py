@@ -1,0 +1,235 @@
+"""The command line and the config file, end to end: a real server started with a config file,
+`sandbox run` on real containers, `sandbox doctor` on this host, `sandbox config`."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import uuid
+
+import pytest
+import requests
+
+from sandbox.config import REPO_ROOT, Settings
+from sandbox.config_docs import markdown_table
+
+from ..conftest import assert_nothing_left, running_server
+
+pytestmark = pytest.mark.docker
+
+
+def sandbox_cli(*args: str, stdin: bytes = b"", env: dict | None = None,
+                timeout: float = 120) -> subprocess.CompletedProcess:
+    """``python -m sandbox ARGS`` as a separate process, the way a user runs it."""
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("SANDBOX_") or k.startswith("SANDBOX_TESTS_")}
+    return subprocess.run([sys.executable, "-m", "sandbox", *args], input=stdin,
+                          capture_output=True, env={**clean, **(env or {})}, cwd=REPO_ROOT,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def instance() -> str:
+    name = f"pytest-cli-{uuid.uuid4().hex[:8]}"
+    yield name
+    assert_nothing_left(f"{name}-cli")  # `sandbox run` names its sandboxes <instance>-cli
+    run_dir = Settings().run_dir
+    left = [p.name for p in (run_dir / f"{name}-cli", run_dir / f"{name}-cli.crun") if p.exists()]
+    assert not left, f"`sandbox run` left folders in {run_dir}: {left}"
+
+
+# -- a server started with a config file ------------------------------------------------------
+
+def test_a_per_language_override_sets_the_memory_cap_a_real_server_applies(docker_ready, tmp_path):
+    config = tmp_path / "sandbox.toml"
+    config.write_text("max_concurrency = 2\n"
+                      "[languages.python]\nmemory_mb = 300\nmax_memory_mb = 512\n")
+    hog = "x = bytearray(400 << 20)\nprint('allocated')"
+    with running_server(tmp_path, extra_env={"SANDBOX_CONFIG": str(config)}) as url:
+        def post(code: str, language: str = "python", **body) -> requests.Response:
+            return requests.post(f"{url}/run_code", timeout=120,
+                                 json={"code": code, "language": language, **body})
+
+        default = post(hog).json()
+        assert default["memory_limit_MB"] == 300
+        assert default["oom_killed"] is True, default  # the cap is enforced, not only reported
+        assert default["status"] == "Failed"
+        assert post("print(1)", memory_limit_MB=512).json()["memory_limit_MB"] == 512
+        refused = post("print(1)", memory_limit_MB=600)
+        assert refused.status_code == 422
+        assert "[languages.python] max_memory_mb" in refused.json()["detail"]
+        # Other languages keep their runtime spec's default.
+        assert post("console.log(1)", "nodejs").json()["memory_limit_MB"] == 512
+        assert post("select 1;", "sql").json()["memory_limit_MB"] == 512
+
+
+def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
+    config = tmp_path / "sandbox.toml"
+    config.write_text("max_memmory_mb = 1024\n")
+    result = sandbox_cli("serve", "--config", str(config), timeout=60)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "unknown setting 'max_memmory_mb'; did you mean 'max_memory_mb'?" in err
+    assert "Traceback" not in err
+
+
+# -- sandbox run ------------------------------------------------------------------------------
+
+def test_run_python_with_stdin_from_a_pipe(docker_ready, tmp_path, instance):
+    program = tmp_path / "reverse.py"
+    program.write_text("print(input()[::-1])")
+    result = sandbox_cli("run", str(program), "--stdin", "-", stdin=b"olleh\n",
+                         env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"hello\n"
+    assert "[sandbox] python on " in result.stderr.decode()
+    assert ": Success" in result.stderr.decode()
+
+
+def test_run_returns_the_programs_exit_code_and_stderr(docker_ready, tmp_path, instance):
+    program = tmp_path / "fails.py"
+    program.write_text("import sys\nprint('partial')\nprint('oops', file=sys.stderr)\nsys.exit(3)")
+    result = sandbox_cli("run", str(program), env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 3
+    assert result.stdout == b"partial\n"
+    assert result.stderr.decode().startswith("oops\n")
+    assert "Failed, run step exited with code 3" in result.stderr.decode()
+
+
+def test_run_cpp_compiles_and_runs_with_stdin_from_a_file(docker_ready, tmp_path, instance):
+    program = tmp_path / "double.cpp"
+    program.write_text("#include <bits/stdc++.h>\nint main(){long x; std::cin >> x; "
+                       "std::cout << 2 * x << std::endl;}\n")
+    given = tmp_path / "input.txt"
+    given.write_text("21\n")
+    result = sandbox_cli("run", str(program), "--stdin", str(given), "--json",
+                         env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 0, result.stderr
+    response = json.loads(result.stdout)
+    assert response["status"] == "Success"
+    assert response["compile_result"]["status"] == "Finished"
+    assert response["run_result"]["stdout"] == "42\n"
+    assert response["memory_limit_MB"] == 2048
+
+
+def test_run_cpp_compile_error_exits_1_with_the_compiler_message(docker_ready, tmp_path, instance):
+    program = tmp_path / "broken.cpp"
+    program.write_text("int main() { return 0 }\n")
+    result = sandbox_cli("run", str(program), env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 1
+    assert b"error: expected" in result.stderr
+    assert b"compile step failed" in result.stderr
+
+
+def test_run_timeout_and_signal_exit_codes(docker_ready, tmp_path, instance):
+    loop = tmp_path / "loop.py"
+    loop.write_text("while True: pass")
+    result = sandbox_cli("run", str(loop), "--timeout", "1", env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 124
+    assert b"run step timed out after 1 s" in result.stderr
+    killed = tmp_path / "killed.py"
+    killed.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)")
+    result = sandbox_cli("run", str(killed), env={"SANDBOX_INSTANCE": instance})
+    assert result.returncode == 128 + 15
+
+
+def test_run_honours_the_config_file_and_memory_flag(docker_ready, tmp_path, instance):
+    config = tmp_path / "sandbox.toml"
+    config.write_text("[languages.python]\nmemory_mb = 200\nmax_memory_mb = 300\n")
+    program = tmp_path / "hello.py"
+    program.write_text("print('hi')")
+    env = {"SANDBOX_INSTANCE": instance}
+    result = sandbox_cli("run", "--config", str(config), str(program), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["memory_limit_MB"] == 200
+    result = sandbox_cli("--config", str(config), "run", str(program), "--memory", "250",
+                         "--json", env=env)
+    assert json.loads(result.stdout)["memory_limit_MB"] == 250
+    result = sandbox_cli("run", "--config", str(config), str(program), "--memory", "400", env=env)
+    assert result.returncode == 2
+    assert b"ceiling of 300 MB for python ([languages.python] max_memory_mb)" in result.stderr
+
+
+def test_run_explains_what_it_cannot_run(tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("hello")
+    result = sandbox_cli("run", str(notes))
+    assert result.returncode == 2
+    assert b"pass --language" in result.stderr and b".py (python)" in result.stderr
+    result = sandbox_cli("run", str(tmp_path / "absent.py"))
+    assert result.returncode == 2
+    assert b"cannot read" in result.stderr
+
+
+# -- sandbox doctor ---------------------------------------------------------------------------
+
+def test_doctor_reports_this_host_ready(docker_ready):
+    result = sandbox_cli("doctor")
+    out = result.stdout.decode()
+    assert result.returncode == 0, out
+    assert "PROBLEM" not in out
+    assert "OK       Docker daemon reachable" in out
+    for language in ("python", "cpp", "java", "nodejs", "go", "rust", "sql"):
+        assert f"OK       image sandbox-{language}:1 ({language})" in out
+    backend_line = next(line for line in out.splitlines() if "backend: `auto` gives" in line)
+    assert " gives oci (" in backend_line or " gives docker" in backend_line
+    assert "smoke test on " in out
+    assert "cgroup memory controller available" in out
+    assert "ready to serve" in out
+
+
+def test_doctor_names_a_missing_image_with_its_fix_and_fails(docker_ready, tmp_path):
+    runtimes = tmp_path / "runtimes"
+    runtimes.mkdir()
+    for spec in ("python", "sql"):
+        (runtimes / f"{spec}.toml").write_text((REPO_ROOT / "runtimes" / f"{spec}.toml").read_text())
+    ghost = (REPO_ROOT / "runtimes" / "python.toml").read_text() \
+        .replace('language = "python"', 'language = "ghost"') \
+        .replace("sandbox-python:1", "sandbox-ghost:404")
+    (runtimes / "ghost.toml").write_text(ghost)
+    result = sandbox_cli("doctor", env={"SANDBOX_RUNTIMES_DIR": str(runtimes),
+                                        "SANDBOX_MAX_MEMMORY_MB": "1"})
+    out = result.stdout.decode()
+    assert result.returncode == 1, out
+    assert "PROBLEM  image sandbox-ghost:404 (ghost) is not built" in out
+    assert "fix: make images LANGS=ghost" in out
+    assert "WARN     environment variable SANDBOX_MAX_MEMMORY_MB is not a setting" in out
+    assert "fix: rename it to SANDBOX_MAX_MEMORY_MB" in out
+    assert "1 problem(s) block serving" in out
+
+
+def test_doctor_without_a_docker_daemon_says_how_to_start_one():
+    result = sandbox_cli("doctor", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    out = result.stdout.decode()
+    assert result.returncode == 1, out
+    assert "PROBLEM  Docker daemon not reachable at unix:///nonexistent/docker.sock" in out
+    assert "fix: start it (`systemctl start docker`" in out
+    assert "problem(s) block serving" in out
+
+
+# -- sandbox config ---------------------------------------------------------------------------
+
+def test_config_prints_the_effective_settings_as_a_usable_file(tmp_path):
+    config = tmp_path / "sandbox.toml"
+    config.write_text("port = 9100\n[languages.go]\ncpus = 2\n")
+    result = sandbox_cli("config", "--config", str(config), env={"SANDBOX_MAX_QUEUE": "7"})
+    assert result.returncode == 0, result.stderr
+    text = result.stdout.decode()
+    assert f"port = 9100  # from {config}" in text
+    assert "max_queue = 7  # from SANDBOX_MAX_QUEUE" in text
+    parsed = tomllib.loads(text)
+    assert parsed["languages"] == {"go": {"cpus": 2.0}}
+    assert parsed["pids_limit"] == 256
+    (tmp_path / "again.toml").write_text(text)
+    again = sandbox_cli("config", "--config", str(tmp_path / "again.toml"))
+    assert tomllib.loads(again.stdout.decode()) == parsed
+
+
+def test_config_markdown_is_the_readme_table():
+    result = sandbox_cli("config", "--markdown")
+    assert result.returncode == 0
+    assert result.stdout.decode() == markdown_table()
+    assert result.stdout.decode() in (REPO_ROOT / "README.md").read_text()
