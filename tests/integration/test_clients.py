@@ -76,3 +76,43 @@ def test_sandbox_fusion_sdk(server):
                          endpoint=server, max_attempts=1)
     assert timed_out.status == RunStatus.Failed
     assert timed_out.run_result.status == "TimeLimitExceeded"
+
+
+# --- sandbox.verl: the same verdicts in one /v1/evaluate request per sample ----------------
+
+VERL_SAMPLES = [
+    ("python", SUM["python"]), ("cpp", SUM["cpp"]), ("java", SUM["java"]),
+    ("python", "import time\nt = input()\nif t.startswith('7'): time.sleep(30)\nprint(sum(map(int, t.split())))"),
+    ("python", "t = input()\nif t.startswith('10'): raise SystemExit(2)\nprint(sum(map(int, t.split())))"),
+    ("cpp", "int main() { syntax error }"),
+]
+
+
+@pytest.mark.parametrize("language, code", VERL_SAMPLES)
+def test_check_correctness_agrees_with_verls_per_case_path(server, language, code):
+    from sandbox.verl import check_correctness
+
+    in_outs = {"inputs": [c[0] for c in CASES], "outputs": [c[1] for c in CASES]}
+    results, metadata = check_correctness(f"{server}/run_code", in_outs, code, timeout=3,
+                                          language=language)
+    with concurrent.futures.ThreadPoolExecutor(len(CASES)) as pool:
+        per_case = list(pool.map(lambda case: verl_case(server, code, language, *case, timeout=3), CASES))
+    assert results == per_case
+    assert len(metadata) == len(CASES) and metadata[0]["case_index"] == 0
+    assert all(m["input"] == c[0] for m, c in zip(metadata, CASES))
+
+
+def test_check_correctness_function_call_and_bad_input(server):
+    from sandbox.verl import check_correctness, compute_score
+
+    in_outs = {"inputs": ["[1, 2]\n3", "[]\n0"], "outputs": ["[1, 2, 3]", "[0]"], "fn_name": "append"}
+    code = "def append(xs, x):\n    return xs + [x]"
+    assert check_correctness(server, in_outs, code)[0] == [True, True]
+    assert check_correctness(server, {"inputs": ["1"]}, code) == ([-1], [{"error": "Invalid input/output data"}])
+    results, metadata = check_correctness(server, {"inputs": ["1"], "outputs": ["1"]}, code, language="cobol")
+    assert results == [-1] and "cobol" in metadata[0]["api_request_error"]
+    answer = "Here you go:\n```python\ndef append(xs, x):\n    return xs + [x]\n```"
+    assert compute_score("leetcode", answer, in_outs, sandbox_url=server) == 1.0
+    wrong = {**in_outs, "outputs": ["[1, 2, 3]", "[1]"]}
+    assert compute_score("leetcode", answer, wrong, sandbox_url=server) == 0.0
+    assert compute_score("leetcode", answer, wrong, sandbox_url=server, continuous=True) == 0.5
