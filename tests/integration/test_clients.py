@@ -116,3 +116,17 @@ def test_check_correctness_function_call_and_bad_input(server):
     wrong = {**in_outs, "outputs": ["[1, 2, 3]", "[1]"]}
     assert compute_score("leetcode", answer, wrong, sandbox_url=server) == 0.0
     assert compute_score("leetcode", answer, wrong, sandbox_url=server, continuous=True) == 0.5
+
+
+def test_verl_reward_file_loads_the_way_verl_loads_it(server):
+    # verl imports custom_reward_function.path with spec_from_file_location (no package).
+    import importlib.util
+
+    from sandbox.config import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("custom_module", REPO_ROOT / "examples/verl/reward.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ground_truth = '{"inputs": ["1 2"], "outputs": ["3"]}'
+    answer = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    assert module.compute_score("codecontests", answer, ground_truth, sandbox_url=server) == 1.0

@@ -1,0 +1,331 @@
+"""Test-case evaluation: verl's one-/run_code-per-test path against one /v1/evaluate per
+program, on the same server(s), in one run, with the verdicts compared.
+
+Workload, per language (--languages, default cpp java python): --problems distinct programs
+(a different constant in each, so no two share a compile), each with --tests test cases.
+Some programs are wrong on some tests (wrong answer), one problem per language has a test
+that loops forever (time limit at --timeout), and one crashes on a test (runtime error).
+
+Paths:
+  per-test   verl's reward path: every (program, test) pair is one POST /run_code with
+             compile_timeout = run_timeout = the timeout, all sent at once through
+             --concurrency client threads; verdicts by verl's rules (True/False/-1..-4)
+  evaluate   one POST /v1/evaluate per program (compile once, every test in one sandbox),
+             --concurrency programs in flight; verdicts are the response's verl_results
+
+Servers: --url (any number) or, by default, two servers this script starts from the
+checkout: the default configuration (compile cache on), and the same with the compile cache
+off (SandboxFusion compiles every request, which is what verl pays there).
+
+    sudo .venv/bin/python bench/judge_bench.py          # ~10 min on 2 cores
+
+Prints a table, writes JSON to bench/results/judge-<stamp>.json and, with matplotlib, a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import psutil
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+# Each program reads n numbers and prints their sum plus the problem's constant K. A WRONG
+# program gets it wrong when the sum is odd; a HANG program loops when the first number is
+# 7777; a CRASH program exits non-zero when it is 6666.
+PROGRAMS = {
+    "python": """import sys
+K = {k}
+nums = list(map(int, sys.stdin.read().split()))[1:]
+if {hang} and nums and nums[0] == 7777:
+    while True: pass
+if {crash} and nums and nums[0] == 6666:
+    sys.exit(3)
+s = sum(nums) + K
+if {wrong} and s % 2: s += 1
+print(s)
+""",
+    "cpp": """#include <cstdio>
+#include <cstdlib>
+int main() {{
+  const long long K = {k}; int n; long long s = 0, x, first = 0;
+  if (scanf("%d", &n) != 1) return 1;
+  for (int i = 0; i < n; i++) {{ scanf("%lld", &x); if (i == 0) first = x; s += x; }}
+  if ({hang} && first == 7777) for (volatile int j = 0;; j++) {{}}
+  if ({crash} && first == 6666) exit(3);
+  s += K;
+  if ({wrong} && (s % 2)) s += 1;
+  printf("%lld\\n", s);
+}}
+""",
+    "java": """import java.io.*;
+import java.util.*;
+public class Main {{
+  public static void main(String[] a) throws IOException {{
+    final long K = {k}L;
+    StreamTokenizer in = new StreamTokenizer(new BufferedReader(new InputStreamReader(System.in)));
+    in.nextToken(); int n = (int) in.nval; long s = 0, first = 0;
+    for (int i = 0; i < n; i++) {{ in.nextToken(); long x = (long) in.nval; if (i == 0) first = x; s += x; }}
+    if ({hang} && first == 7777) while (true) {{}}
+    if ({crash} && first == 6666) System.exit(3);
+    s += K;
+    if ({wrong} && (s % 2 != 0)) s += 1;
+    System.out.println(s);
+  }}
+}}
+""",
+}
+TRUE = {"python": "True", "cpp": "1", "java": "true"}
+FALSE = {"python": "False", "cpp": "0", "java": "false"}
+
+
+def make_problem(language: str, index: int, tests: int, seed: int) -> dict:
+    """One program and its tests; expected outputs are the right answers."""
+    import random
+
+    rng = random.Random(seed * 1000 + index)
+    k = rng.randrange(1, 10 ** 6) + seed * 10 ** 7 + index
+    wrong, hang, crash = index % 3 == 1, index == 0, index == 2
+    code = PROGRAMS[language].format(k=k, wrong=TRUE[language] if wrong else FALSE[language],
+                                     hang=TRUE[language] if hang else FALSE[language],
+                                     crash=TRUE[language] if crash else FALSE[language])
+    cases = []
+    for t in range(tests):
+        nums = [rng.randrange(-1000, 1000) for _ in range(rng.randrange(1, 20))]
+        if hang and t == tests - 1:
+            nums[0] = 7777
+        if crash and t == 1:
+            nums[0] = 6666
+        stdin = f"{len(nums)}\n{' '.join(map(str, nums))}\n"
+        cases.append((stdin, str(sum(nums) + k)))
+    return {"language": language, "code": code, "cases": cases}
+
+
+def verl_verdict(result: dict, expected: str) -> bool | int:
+    """verl's mapping of one /run_code answer (verl/utils/reward_score/sandbox_fusion/utils.py)."""
+    status = result.get("status")
+    if status == "SandboxError":
+        return -1
+    if status == "Failed":
+        compile_result = result.get("compile_result")
+        if compile_result and (compile_result["status"] in ("Error", "TimeLimitExceeded")
+                               or compile_result.get("return_code") != 0):
+            return -4
+        run = result.get("run_result") or {}
+        if run.get("status") == "TimeLimitExceeded":
+            return -3
+        return -2
+    stdout = (result.get("run_result") or {}).get("stdout") or ""
+    return stdout.rstrip("\n") == expected.rstrip("\n")
+
+
+def per_test_path(url: str, problems: list[dict], timeout: float, concurrency: int) -> list[list]:
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=concurrency))
+
+    def one(job):
+        p, (stdin, expected) = job
+        body = {"code": p["code"], "language": p["language"], "stdin": stdin,
+                "compile_timeout": timeout, "run_timeout": timeout, "memory_limit_MB": 1024,
+                "files": {}, "fetch_files": []}
+        for attempt in range(3):  # verl retries 504 only
+            response = session.post(f"{url}/run_code", json=body, timeout=2 * timeout + 10)
+            if response.status_code != 504:
+                break
+            time.sleep(attempt + 1)
+        return verl_verdict(response.json(), expected) if response.status_code == 200 else -1
+
+    jobs = [(p, case) for p in problems for case in p["cases"]]
+    with ThreadPoolExecutor(concurrency) as pool:
+        flat = list(pool.map(one, jobs))
+    out, i = [], 0
+    for p in problems:
+        out.append(flat[i:i + len(p["cases"])])
+        i += len(p["cases"])
+    return out
+
+
+def evaluate_path(url: str, problems: list[dict], timeout: float, concurrency: int) -> list[list]:
+    session = requests.Session()
+    session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=concurrency))
+
+    def one(p):
+        body = {"code": p["code"], "language": p["language"], "compile_timeout": timeout,
+                "run_timeout": timeout, "memory_limit_MB": 1024,
+                "tests": [{"stdin": s, "expected_output": e} for s, e in p["cases"]]}
+        for attempt in range(3):
+            response = session.post(f"{url}/v1/evaluate", json=body, timeout=600)
+            if response.status_code != 504:
+                break
+            time.sleep(attempt + 1)
+        if response.status_code != 200:
+            return [-1] * len(p["cases"])
+        return response.json()["verl_results"]
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        return list(pool.map(one, problems))
+
+
+def machine_cpu_seconds() -> float:
+    t = psutil.cpu_times()
+    return t.user + t.system + getattr(t, "nice", 0.0)
+
+
+def timed(fn, *args) -> tuple[list, float, float]:
+    cpu0, wall0 = machine_cpu_seconds(), time.perf_counter()
+    verdicts = fn(*args)
+    return verdicts, time.perf_counter() - wall0, machine_cpu_seconds() - cpu0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def started_server(name: str, env: dict[str, str]):
+    port = _free_port()
+    log = open(RESULTS_DIR / f"server-{name}.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT,
+                            env={**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_AUDIT_LOG": "off",
+                                 "SANDBOX_INSTANCE": f"bench-{name}", **env})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"{url}/v1/ping", timeout=1).ok:
+                    break
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"server {name} did not start; see {log.name}")
+            time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        log.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", action="append", default=[],
+                        help="NAME=URL of a server to measure (repeatable); default: start two")
+    parser.add_argument("--languages", nargs="+", default=["cpp", "java", "python"])
+    parser.add_argument("--problems", nargs="+", default=["cpp=24", "java=16", "python=60"],
+                        help="LANGUAGE=N programs per language")
+    parser.add_argument("--tests", type=int, default=10, help="test cases per program")
+    parser.add_argument("--timeout", nargs="+", default=["cpp=3", "java=5", "python=1"],
+                        help="LANGUAGE=S, verl's `timeout` (both compile and run)")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000,
+                        help="varies the programs, so no compile cache has seen them")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    n_problems = {k: int(v) for k, v in (item.split("=") for item in args.problems)}
+    timeouts = {k: float(v) for k, v in (item.split("=") for item in args.timeout)}
+
+    RESULTS_DIR.mkdir(exist_ok=True)
+    with contextlib.ExitStack() as stack:
+        servers = dict(item.split("=", 1) for item in args.url)
+        if not servers:
+            servers["cache-on"] = stack.enter_context(started_server("cache-on", {}))
+            servers["cache-off"] = stack.enter_context(
+                started_server("cache-off", {"SANDBOX_COMPILE_CACHE_MB": "0"}))
+        rows = []
+        for server_index, (name, url) in enumerate(servers.items()):
+            for language in args.languages:
+                # Fresh programs per server and language: neither path finds a warm cache.
+                seed = args.seed * 10 + server_index
+                count, timeout = n_problems.get(language, 8), timeouts.get(language, 5.0)
+                problems = [make_problem(language, i, args.tests, seed) for i in range(count)]
+                n_tests = count * args.tests
+                evaluated, eval_wall, eval_cpu = timed(evaluate_path, url, problems, timeout,
+                                                       args.concurrency)
+                problems = [make_problem(language, i, args.tests, seed + 5) for i in range(count)]
+                per_test, pt_wall, pt_cpu = timed(per_test_path, url, problems, timeout,
+                                                  args.concurrency)
+                # The same programs again through /v1/evaluate, to compare verdicts one by one.
+                again, _, _ = timed(evaluate_path, url, problems, timeout, args.concurrency)
+                agree = sum(a == b for pa, pb in zip(per_test, again) for a, b in zip(pa, pb))
+                rows.append({
+                    "server": name, "language": language, "problems": count,
+                    "tests": args.tests, "timeout_s": timeout,
+                    "per_test": {"wall_s": pt_wall, "tests_per_s": n_tests / pt_wall,
+                                 "cpu_ms_per_test": pt_cpu / n_tests * 1000},
+                    "evaluate": {"wall_s": eval_wall, "tests_per_s": n_tests / eval_wall,
+                                 "cpu_ms_per_test": eval_cpu / n_tests * 1000},
+                    "speedup": pt_wall / eval_wall,
+                    "verdicts_agree": agree, "verdicts_total": n_tests,
+                    "verdict_counts": _counts(again),
+                    "disagreements": [(i, pa, pb) for i, (pa, pb) in enumerate(zip(per_test, again)) if pa != pb][:5],
+                })
+                r = rows[-1]
+                print(f"{name:10} {language:7} per-test {r['per_test']['tests_per_s']:7.1f} tests/s  "
+                      f"evaluate {r['evaluate']['tests_per_s']:7.1f} tests/s  x{r['speedup']:5.1f}  "
+                      f"verdicts agree {agree}/{n_tests}", flush=True)
+
+    print()
+    print(f"{args.tests} tests per program, {args.concurrency} client threads; machine CPU per test "
+          f"includes server, container runtime and programs")
+    print(f"| server | language | programs x tests | timeout | per-test tests/s | evaluate tests/s | speedup | CPU ms/test per-test | CPU ms/test evaluate | verdicts agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['server']} | {r['language']} | {r['problems']} x {r['tests']} | {r['timeout_s']:g} s | "
+              f"{r['per_test']['tests_per_s']:.1f} | "
+              f"{r['evaluate']['tests_per_s']:.1f} | {r['speedup']:.1f}x | "
+              f"{r['per_test']['cpu_ms_per_test']:.0f} | {r['evaluate']['cpu_ms_per_test']:.0f} | "
+              f"{r['verdicts_agree']}/{r['verdicts_total']} |")
+    out = Path(args.out) if args.out else RESULTS_DIR / f"judge-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    print(f"\nJSON: {out}")
+    _plot(rows, out.with_suffix(".png"))
+    return 0 if all(r["verdicts_agree"] == r["verdicts_total"] for r in rows) else 1
+
+
+def _counts(verdicts: list[list]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for per_problem in verdicts:
+        for v in per_problem:
+            counts[str(v)] = counts.get(str(v), 0) + 1
+    return counts
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("(no matplotlib: no PNG; pip install '.[bench]')")
+        return
+    labels = [f"{r['language']}\n{r['server']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, len(rows) * 1.2), 4))
+    ax.bar([i - 0.2 for i in x], [r["per_test"]["tests_per_s"] for r in rows], 0.4, label="per-test /run_code (verl)")
+    ax.bar([i + 0.2 for i in x], [r["evaluate"]["tests_per_s"] for r in rows], 0.4, label="/v1/evaluate")
+    for i, r in zip(x, rows):
+        ax.annotate(f"x{r['speedup']:.1f}", (i + 0.2, r["evaluate"]["tests_per_s"]), ha="center", va="bottom")
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("tests per second")
+    ax.set_title("Test-case evaluation on one server, 2 cores")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"PNG: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
