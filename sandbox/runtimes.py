@@ -31,6 +31,9 @@ class RuntimeSpec(BaseModel):
     run: tuple[str, ...] = Field(min_length=1, description="argv of the run step.")
     version: tuple[str, ...] = Field(min_length=1, description="argv printing the toolchain version.")
     memory_mb: int = Field(gt=0, description="Memory cap when a request asks for -1 or nothing.")
+    zygote: tuple[str, ...] | None = Field(
+        None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
+                          "(it gets the run argv after argv[0]); none: each test is exec'd.")
     smoke: SmokeTest
 
     @property

@@ -5,8 +5,9 @@
  * program's reach; the Docker backend: stdin/stdout of a `docker exec`). For each test the
  * server sends
  *
- *     RUN <timeout_ms> <output_limit> <argc> <nfiles> <stdin_len>\n
+ *     RUN <timeout_ms> <output_limit> <argc> <nfiles> <stdin_len> <zygote_argc>\n
  *     argc x  <len>\n<arg bytes>
+ *     zygote_argc x <len>\n<arg bytes>
  *     nfiles x <len>\n<name> <len>\n<content>      (written to /tmp/judge/<name>)
  *     <stdin bytes>
  *
@@ -26,6 +27,12 @@
  * /proc). As PID 1 (OCI backend) it cannot be killed from inside; under `docker exec` it is
  * a child subreaper and spares only the processes that existed before it started.
  *
+ * With a zygote command (zygote_argc > 0; runtimes/python.toml), the test is not exec'd:
+ * a warmed interpreter started once (and again if a test kills it) gets the test's argv
+ * after argv[0] and its three files over a socket (SCM_RIGHTS), forks, runs it, and reports
+ * "<exit|signal> <n> <cpu_us> <maxrss_kb>". It is not dumpable and outlives the tests; the
+ * runner still keeps the deadline, the output files and the clean-up between tests.
+ *
  * --deadline-ms N: a backstop should the server die; the runner exits after N ms.
  */
 #define _GNU_SOURCE
@@ -39,7 +46,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <poll.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -56,6 +65,8 @@
 static int chan_in = 0, chan_out = 1;
 static pid_t preexisting[MAX_PREEXISTING];
 static int n_preexisting;
+static pid_t zygote_pid;      /* 0: no zygote running */
+static int zygote_sock = -1;
 
 static void deadline_passed(int sig, siginfo_t *info, void *context) {
     (void)sig;
@@ -164,33 +175,140 @@ static void remember_preexisting(void) {
     closedir(proc);
 }
 
-static void reap_all(void) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+static long elapsed_us(const struct timespec *since) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - since->tv_sec) * 1000000L + (now.tv_nsec - since->tv_nsec) / 1000;
 }
 
-/* Kill every process a test may have left (daemons, setsid'd children, fork bombs). */
+/* A state of 'Z' (zombie) or 'X' (dead): killed already, waiting to be reaped. */
+static int is_dead(pid_t pid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 1;
+    buf[n] = '\0';
+    char *end = strrchr(buf, ')');
+    return !end || end[1] == '\0' || end[2] == 'Z' || end[2] == 'X';
+}
+
+static void forget_zygote(void) {
+    if (zygote_sock >= 0) close(zygote_sock);
+    zygote_sock = -1;
+    zygote_pid = 0;
+}
+
+static void reap_all(void) {
+    pid_t pid;
+    while ((pid = waitpid(-1, NULL, WNOHANG)) > 0)
+        if (pid == zygote_pid) forget_zygote();
+}
+
+/* Kill every process a test may have left (daemons, setsid'd children, fork bombs), all but
+ * the zygote. */
 static void kill_all(void) {
-    if (getpid() == 1) {
+    if (getpid() == 1 && zygote_pid == 0) {
         /* kill(-1) from PID 1 reaches everything else in the namespace; no fork can race it
          * (it holds the task list lock). Then reap until no child is left. */
         kill(-1, SIGKILL);
         while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
         return;
     }
-    for (int round = 0; round < 100; round++) {
+    for (int round = 0; round < 200; round++) {
         int found = 0;
         DIR *proc = opendir("/proc");
         struct dirent *entry;
         if (!proc) return;
         while ((entry = readdir(proc))) {
             pid_t pid = (pid_t)strtol(entry->d_name, NULL, 10);
-            if (pid <= 0 || pid == getpid() || is_preexisting(pid)) continue;
+            if (pid <= 0 || pid == getpid() || pid == zygote_pid || is_preexisting(pid)) continue;
+            if (is_dead(pid)) continue;
             if (kill(pid, SIGKILL) == 0) found = 1;
         }
         closedir(proc);
         reap_all();
         if (!found) return;
         usleep(1000);
+    }
+}
+
+static int start_zygote(char **zargv) {
+    int pair[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) < 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(pair[0]);
+        close(pair[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        int devnull = open("/dev/null", O_RDWR);
+        dup2(devnull, 0);
+        dup2(devnull, 1);
+        dup2(pair[1], 3); /* its control socket; stderr stays ours (diagnostics) */
+        execvp(zargv[0], zargv);
+        dprintf(2, "sandbox-runner: cannot start the zygote %s: %s\n", zargv[0], strerror(errno));
+        _exit(127);
+    }
+    close(pair[1]);
+    zygote_pid = pid;
+    zygote_sock = pair[0];
+    return 0;
+}
+
+/* Hand the test to the zygote: its argv (without the interpreter) and its three files. */
+static int send_to_zygote(char **args, unsigned long output_limit, int in, int out, int err) {
+    char payload[MAX_ARGS * 256 + 32];
+    size_t used = (size_t)snprintf(payload, sizeof payload, "%lu", output_limit) + 1;
+    for (int i = 1; args[i]; i++) {
+        size_t len = strlen(args[i]) + 1;
+        if (used + len > sizeof payload) return -1;
+        memcpy(payload + used, args[i], len);
+        used += len;
+    }
+    int fds[3] = {in, out, err};
+    char control[CMSG_SPACE(sizeof fds)];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {payload, used};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cmsg), fds, sizeof fds);
+    return sendmsg(zygote_sock, &msg, MSG_NOSIGNAL) == (ssize_t)used ? 0 : -1;
+}
+
+/* The zygote's report, waiting at most until left_us from now; 1 read, -1 no report. */
+static int zygote_report(long wait_ms, char *line, size_t cap) {
+    size_t used = 0;
+    struct timespec since;
+    clock_gettime(CLOCK_MONOTONIC, &since);
+    for (;;) {
+        long left = wait_ms - elapsed_us(&since) / 1000;
+        if (left <= 0) return -1;
+        struct pollfd pfd = {zygote_sock, POLLIN, 0};
+        int ready = poll(&pfd, 1, (int)left);
+        reap_all(); /* orphans of the test come back to us */
+        if (zygote_sock < 0) return -1;
+        if (ready <= 0) continue;
+        ssize_t got = read(zygote_sock, line + used, cap - 1 - used);
+        if (got <= 0) return -1;
+        used += (size_t)got;
+        line[used] = '\0';
+        if (memchr(line, '\n', used)) return 0;
+        if (used >= cap - 1) return -1;
     }
 }
 
@@ -214,70 +332,20 @@ static void empty_folder(const char *path) {
     nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
-static long elapsed_us(const struct timespec *since) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (now.tv_sec - since->tv_sec) * 1000000L + (now.tv_nsec - since->tv_nsec) / 1000;
-}
 
 static void free_args(char **args) {
     for (int i = 0; args[i]; i++) free(args[i]);
 }
 
-static int run_test(const char *header) {
-    unsigned long timeout_ms, output_limit, argc, nfiles, stdin_len;
-    if (sscanf(header, "RUN %lu %lu %lu %lu %lu", &timeout_ms, &output_limit, &argc, &nfiles,
-               &stdin_len) != 5 || argc < 1 || argc > MAX_ARGS || nfiles > MAX_FILES)
-        return -1;
-    char *args[MAX_ARGS + 1] = {0};
-    for (unsigned long i = 0; i < argc; i++) {
-        unsigned long len;
-        if (read_length(MAX_ARG_BYTES, &len) < 0 || !(args[i] = calloc(1, len + 1)) ||
-            read_full(chan_in, args[i], len) < 0) {
-            free_args(args);
-            return -1;
-        }
-    }
+struct outcome {
+    int signaled, number, timed_out;
+    long cpu_us, maxrss_kb;
+};
 
-    kill_all();
-    empty_folder("/tmp");
-    empty_folder("/dev/shm");
-
-    int files_ok = 1;
-    if (nfiles > 0 && mkdir("/tmp/judge", 0700) < 0) files_ok = 0;
-    for (unsigned long i = 0; i < nfiles; i++) {
-        char name[MAX_NAME + 1] = {0}, path[MAX_NAME + 16];
-        unsigned long name_len, size;
-        if (read_length(MAX_NAME, &name_len) < 0 || read_full(chan_in, name, name_len) < 0 ||
-            read_length(~0UL, &size) < 0) {
-            free_args(args);
-            return -1;
-        }
-        int fd = -1;
-        if (files_ok && name_len > 0 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..")) {
-            snprintf(path, sizeof path, "/tmp/judge/%s", name);
-            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-        }
-        int copied = channel_to_fd(fd, size);
-        if (fd >= 0) close(fd);
-        if (copied == -1) {
-            free_args(args);
-            return -1;
-        }
-        if (copied != 0) files_ok = 0;
-    }
-
-    int in = anonymous_file("stdin"), out = anonymous_file("stdout"), err = anonymous_file("stderr");
-    int stdin_copied = channel_to_fd(in, stdin_len);
-    if (stdin_copied == -1) {
-        free_args(args);
-        return -1;
-    }
-    if (in >= 0) lseek(in, 0, SEEK_SET);
-
-    struct timespec started;
-    clock_gettime(CLOCK_MONOTONIC, &started);
-    pid_t child = (in < 0 || out < 0 || err < 0 || !files_ok || stdin_copied) ? -1 : fork();
+/* fork + exec the test; wait for it until the deadline. */
+static void run_exec(char **args, unsigned long timeout_ms, unsigned long output_limit, int in,
+                     int out, int err, const struct timespec *started, struct outcome *o) {
+    pid_t child = fork();
     if (child == 0) {
         sigset_t none;
         sigemptyset(&none);
@@ -293,20 +361,20 @@ static int run_test(const char *header) {
         dprintf(2, "sandbox-runner: cannot run %s: %s\n", args[0], strerror(errno));
         _exit(127);
     }
-    free_args(args);
-
-    int status = 0, timed_out = 0, reaped = 0;
+    if (child < 0) {
+        o->number = 127;
+        dprintf(err, "sandbox-runner: cannot start the test: %s\n", strerror(errno));
+        return;
+    }
+    int status = 0, reaped = 0;
     struct rusage usage;
     memset(&usage, 0, sizeof usage);
-    if (child < 0) {
-        status = 127 << 8; /* could not set the test up: reported as exit 127 with a message */
-        if (err >= 0) dprintf(err, "sandbox-runner: cannot start the test: %s\n", strerror(errno));
-    }
-    while (child > 0 && !reaped) {
-        long left_us = (long)timeout_ms * 1000L - elapsed_us(&started);
+    while (!reaped) {
+        long left_us = (long)timeout_ms * 1000L - elapsed_us(started);
         if (left_us <= 0) {
-            timed_out = 1;
+            o->timed_out = 1;
             kill_all();
+            while (wait4(child, &status, 0, &usage) < 0 && errno == EINTR) {}
             break;
         }
         sigset_t chld;
@@ -322,12 +390,142 @@ static int run_test(const char *header) {
                 status = st;
                 usage = ru;
                 reaped = 1;
+            } else if (pid == zygote_pid) {
+                forget_zygote();
             }
         }
     }
-    if (child > 0 && !reaped) { /* timed out: the child was killed above; collect it */
-        while (wait4(child, &status, 0, &usage) < 0 && errno == EINTR) {}
+    o->signaled = WIFSIGNALED(status);
+    o->number = o->signaled ? WTERMSIG(status) : WEXITSTATUS(status);
+    o->cpu_us = usage.ru_utime.tv_sec * 1000000L + usage.ru_utime.tv_usec +
+                usage.ru_stime.tv_sec * 1000000L + usage.ru_stime.tv_usec;
+    o->maxrss_kb = usage.ru_maxrss;
+}
+
+/* The same through the zygote, started (again) when needed. */
+static void run_in_zygote(char **args, char **zargs, unsigned long timeout_ms,
+                          unsigned long output_limit, int in, int out, int err,
+                          const struct timespec *started, struct outcome *o) {
+    if (zygote_pid == 0 && start_zygote(zargs) < 0) {
+        o->number = 127;
+        dprintf(err, "sandbox-runner: cannot start the zygote: %s\n", strerror(errno));
+        return;
     }
+    if (send_to_zygote(args, output_limit, in, out, err) < 0) {
+        /* It died since the last test (a test may kill it): one fresh start. */
+        kill(zygote_pid, SIGKILL);
+        forget_zygote();
+        kill_all();
+        if (start_zygote(zargs) < 0 || send_to_zygote(args, output_limit, in, out, err) < 0) {
+            o->number = 127;
+            dprintf(err, "sandbox-runner: the zygote does not answer\n");
+            return;
+        }
+    }
+    char line[160];
+    long left_ms = (long)timeout_ms - elapsed_us(started) / 1000;
+    int got = zygote_report(left_ms > 0 ? left_ms : 0, line, sizeof line);
+    if (got < 0 && zygote_pid != 0 && zygote_sock >= 0) {
+        /* The deadline: kill the test (the zygote then reports it) or a stopped zygote. */
+        o->timed_out = 1;
+        kill_all();
+        got = zygote_report(1000, line, sizeof line);
+        if (got < 0) {
+            kill(zygote_pid, SIGKILL);
+            forget_zygote();
+            kill_all();
+        }
+    }
+    char kind[16] = "";
+    if (got < 0 || sscanf(line, "%15s %d %ld %ld", kind, &o->number, &o->cpu_us, &o->maxrss_kb) != 4) {
+        if (!o->timed_out) { /* the test ended its own interpreter: a crash, not a verdict */
+            o->signaled = 1;
+            o->number = SIGKILL;
+            dprintf(err, "\nsandbox-runner: the test's interpreter was killed\n");
+        }
+        if (zygote_pid) kill(zygote_pid, SIGKILL);
+        forget_zygote();
+        kill_all();
+        return;
+    }
+    o->signaled = strcmp(kind, "signal") == 0;
+}
+
+static int read_args(unsigned long count, char **args) {
+    for (unsigned long i = 0; i < count; i++) {
+        unsigned long len;
+        if (read_length(MAX_ARG_BYTES, &len) < 0 || !(args[i] = calloc(1, len + 1)) ||
+            read_full(chan_in, args[i], len) < 0 || memchr(args[i], '\0', len))
+            return -1;
+    }
+    return 0;
+}
+
+static int run_test(const char *header) {
+    unsigned long timeout_ms, output_limit, argc, nfiles, stdin_len, zargc;
+    if (sscanf(header, "RUN %lu %lu %lu %lu %lu %lu", &timeout_ms, &output_limit, &argc, &nfiles,
+               &stdin_len, &zargc) != 6 || argc < 1 || argc > MAX_ARGS || nfiles > MAX_FILES ||
+        zargc > MAX_ARGS)
+        return -1;
+    char *args[MAX_ARGS + 1] = {0}, *zargs[MAX_ARGS + 1] = {0};
+    if (read_args(argc, args) < 0 || read_args(zargc, zargs) < 0) {
+        free_args(args);
+        free_args(zargs);
+        return -1;
+    }
+
+    kill_all();
+    empty_folder("/tmp");
+    empty_folder("/dev/shm");
+
+    int files_ok = 1;
+    if (nfiles > 0 && mkdir("/tmp/judge", 0700) < 0) files_ok = 0;
+    for (unsigned long i = 0; i < nfiles; i++) {
+        char name[MAX_NAME + 1] = {0}, path[MAX_NAME + 16];
+        unsigned long name_len, size;
+        if (read_length(MAX_NAME, &name_len) < 0 || read_full(chan_in, name, name_len) < 0 ||
+            read_length(~0UL, &size) < 0) {
+            free_args(args);
+            free_args(zargs);
+            return -1;
+        }
+        int fd = -1;
+        if (files_ok && name_len > 0 && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..")) {
+            snprintf(path, sizeof path, "/tmp/judge/%s", name);
+            fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        }
+        int copied = channel_to_fd(fd, size);
+        if (fd >= 0) close(fd);
+        if (copied == -1) {
+            free_args(args);
+            free_args(zargs);
+            return -1;
+        }
+        if (copied != 0) files_ok = 0;
+    }
+
+    int in = anonymous_file("stdin"), out = anonymous_file("stdout"), err = anonymous_file("stderr");
+    int stdin_copied = channel_to_fd(in, stdin_len);
+    if (stdin_copied == -1) {
+        free_args(args);
+        free_args(zargs);
+        return -1;
+    }
+    if (in >= 0) lseek(in, 0, SEEK_SET);
+
+    struct timespec started;
+    clock_gettime(CLOCK_MONOTONIC, &started);
+    struct outcome o = {0};
+    if (in < 0 || out < 0 || err < 0 || !files_ok || stdin_copied) {
+        o.number = 127; /* could not set the test up */
+        if (err >= 0) dprintf(err, "sandbox-runner: cannot set the test up: %s\n", strerror(errno));
+    } else if (zargc > 0) {
+        run_in_zygote(args, zargs, timeout_ms, output_limit, in, out, err, &started, &o);
+    } else {
+        run_exec(args, timeout_ms, output_limit, in, out, err, &started, &o);
+    }
+    free_args(args);
+    free_args(zargs);
     long wall_us = elapsed_us(&started);
     kill_all();
 
@@ -336,13 +534,10 @@ static int run_test(const char *header) {
     if (err >= 0) fstat(err, &err_st);
     off_t out_len = out_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : out_st.st_size;
     off_t err_len = err_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : err_st.st_size;
-    long cpu_us = usage.ru_utime.tv_sec * 1000000L + usage.ru_utime.tv_usec +
-                  usage.ru_stime.tv_sec * 1000000L + usage.ru_stime.tv_usec;
     char line[256];
     int n = snprintf(line, sizeof line, "DONE %s %d %d %ld %ld %ld %lld %lld\n",
-                     WIFSIGNALED(status) ? "signal" : "exit",
-                     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), timed_out,
-                     wall_us, cpu_us, usage.ru_maxrss, (long long)out_len, (long long)err_len);
+                     o.signaled ? "signal" : "exit", o.number, o.timed_out, wall_us, o.cpu_us,
+                     o.maxrss_kb, (long long)out_len, (long long)err_len);
     int sent = write_full(chan_out, line, (size_t)n) == 0 && fd_to_channel(out, out_len) == 0 &&
                fd_to_channel(err, err_len) == 0;
     if (in >= 0) close(in);
@@ -403,6 +598,8 @@ int main(int argc, char **argv) {
             return 3;
         }
     }
+    if (zygote_pid) kill(zygote_pid, SIGKILL);
+    forget_zygote();
     kill_all();
     return 0;
 }

@@ -241,8 +241,11 @@ class PreparedProgram:
                        files: dict[str, bytes] | None = None) -> TestRun:
         if self.session is None:
             raise RuntimeError("the program did not compile")
-        return await self.session.run(list(argv or self.job.spec.run), stdin, timeout_s,
-                                      output_limit, files)
+        spec = self.job.spec
+        argv = list(argv or spec.run)
+        # A warmed interpreter stands in for the runtime's own one (same argv[0]).
+        zygote = spec.zygote if spec.zygote and argv[0] == spec.run[0] else ()
+        return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote)
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

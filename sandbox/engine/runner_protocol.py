@@ -54,15 +54,20 @@ def _field(data: bytes) -> bytes:
 
 
 def encode_run(argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-               files: dict[str, bytes] | None = None) -> bytes:
+               files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> bytes:
+    """One RUN command. With ``zygote``, the runner hands ``argv[1:]`` to that warmed
+    interpreter instead of executing ``argv``."""
     files = files or {}
+    if any("\0" in arg for arg in (*argv, *zygote)):
+        raise ValueError("arguments cannot contain NUL characters")
     for name in files:
         if not name or "/" in name or name in (".", "..") or len(name.encode()) > MAX_FILE_NAME:
             raise ValueError(f"test file name {name!r} must be a plain name of at most "
                              f"{MAX_FILE_NAME} bytes")
-    parts = [b"RUN %d %d %d %d %d\n" % (max(1, int(timeout_s * 1000)), output_limit, len(argv),
-                                         len(files), len(stdin))]
+    parts = [b"RUN %d %d %d %d %d %d\n" % (max(1, int(timeout_s * 1000)), output_limit, len(argv),
+                                            len(files), len(stdin), len(zygote))]
     parts += [_field(arg.encode()) for arg in argv]
+    parts += [_field(arg.encode()) for arg in zygote]
     for name, content in files.items():
         parts += [_field(name.encode()), _field(content)]
     parts.append(stdin)
@@ -70,21 +75,22 @@ def encode_run(argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit
 
 
 async def run_one(channel: RunnerChannel, argv: Sequence[str], stdin: bytes, timeout_s: float,
-                  output_limit: int, files: dict[str, bytes] | None = None) -> TestRun:
+                  output_limit: int, files: dict[str, bytes] | None = None,
+                  zygote: Sequence[str] = ()) -> TestRun:
     """Send one test and read its report."""
     try:
         return await asyncio.wait_for(
-            _exchange(channel, argv, stdin, timeout_s, output_limit, files),
+            _exchange(channel, encode_run(argv, stdin, timeout_s, output_limit, files, zygote),
+                      output_limit),
             timeout_s + REPORT_GRACE_S + len(stdin) / (10 << 20))
     except asyncio.TimeoutError:
         raise RunnerGone(f"no report from the test runner {REPORT_GRACE_S:g} s after the "
                          f"test's deadline") from None
 
 
-async def _exchange(channel: RunnerChannel, argv: Sequence[str], stdin: bytes, timeout_s: float,
-                    output_limit: int, files: dict[str, bytes] | None) -> TestRun:
+async def _exchange(channel: RunnerChannel, command: bytes, output_limit: int) -> TestRun:
     try:
-        await channel.send(encode_run(argv, stdin, timeout_s, output_limit, files))
+        await channel.send(command)
         line = await channel.read_line()
         parts = line.decode(errors="replace").split()
         if len(parts) != 9 or parts[0] != "DONE":

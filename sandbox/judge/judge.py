@@ -96,13 +96,12 @@ class Judge:
             outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, str(exc)))
             outcomes += [TestOutcome(i, Verdict.SKIPPED, f"not run: test {index} ended the sandbox")
                          for i in range(index + 1, len(ev.tests))]
-            return result
         except BackendError as exc:
             log.warning("evaluation failed in the sandbox (%s): %s", job.spec.language, exc)
             result.message = str(exc)
             done = len(outcomes)
             outcomes += [TestOutcome(i, Verdict.SANDBOX_ERROR, str(exc)) for i in range(done, len(ev.tests))]
-            return result
+        # Tests that ran cleanly before any failure above still get the checker's verdict.
         if awaiting_checker:
             await self._run_checker(ev, ev.checker, result, awaiting_checker)
         if ev.stop_on_first_failure:

@@ -70,7 +70,7 @@ class Sandbox(Protocol):
 
 class TestSession(Protocol):
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None) -> TestRun:
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
         """One test in its own process: its deadline, output cap and memory facts."""
         ...
 

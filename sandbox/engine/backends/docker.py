@@ -236,11 +236,11 @@ class DockerTestSession:
         self.channel = channel
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None) -> TestRun:
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
         reset_docker_peak(self._box.id)
         before = read_memory_facts(self._box.id)
         try:
-            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files)
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
         except RunnerGone as exc:
             said = self.channel.diagnostics.getvalue().decode(errors="replace").strip()[-300:]
             # Here the runner is not PID 1 and shares the program's uid: the program can kill

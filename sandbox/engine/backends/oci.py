@@ -456,11 +456,11 @@ class OciTestSession:
         self._diagnostics = diagnostics
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None) -> TestRun:
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
         reset_peak(self._cgroups_path)
         before = cgroup_memory_facts(self._cgroups_path).oom_kills
         try:
-            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files)
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
         except RunnerGone as exc:
             raise BackendError(f"{exc}; runner said: {self._diagnostics().strip()[-300:]}") from exc
         # The runner waits for the next test, so the cgroup is still there to be read.
