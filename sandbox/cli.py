@@ -1,10 +1,12 @@
-"""``sandbox serve | images build [LANG...] | images list`` (also ``python -m sandbox``)."""
+"""``sandbox serve | images build [LANG...] | images list | images export-rootfs DEST [LANG...]``
+(also ``python -m sandbox``)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from .config import get_settings
 
@@ -20,6 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     build = images_sub.add_parser("build", help="build the base and language images")
     build.add_argument("languages", nargs="*", help="only these languages (default: all)")
     images_sub.add_parser("list", help="show each language's image and toolchain version")
+    export = images_sub.add_parser(
+        "export-rootfs", help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
+                              "(the oci backend without Docker)")
+    export.add_argument("dest", type=Path, help="folder to write (one subfolder per image)")
+    export.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    export.add_argument("--metadata-only", action="store_true",
+                        help="write only each image's image.json (reference, id, environment); "
+                             "the server image build copies the roots itself")
     args = parser.parse_args(argv)
     settings = get_settings()
 
@@ -36,10 +46,12 @@ def main(argv: list[str] | None = None) -> int:
                     port=args.port or settings.port, log_level="info",
                     access_log=False)  # a log line per request costs more than the request's HTTP
         return 0
-    from .images import build_images, list_images
+    from .images import build_images, export_roots, list_images
 
     if args.images_command == "build":
         return build_images(args.languages or None, settings)
+    if args.images_command == "export-rootfs":
+        return export_roots(args.dest, args.languages or None, settings, args.metadata_only)
     return list_images(settings)
 
 

@@ -33,9 +33,13 @@ def choose_backend(settings: Settings) -> Backend:
         problem = oci_problem(runtime)
         if problem is None:
             return OciBackend(runtime, instance=settings.instance, state_dir=settings.state_dir,
-                              run_dir=settings.run_dir)
+                              run_dir=settings.run_dir, rootfs_dir=settings.rootfs_dir)
         problems.append(f"{runtime}: {problem}")
-    if settings.backend == "oci":
-        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems))
+    if settings.backend == "oci" or settings.rootfs_dir is not None:
+        # Pre-unpacked roots mean "no Docker here" (a server image, a pod): falling back to
+        # the docker backend would only fail later and less clearly.
+        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems)
+                                 + ("" if settings.rootfs_dir is None else
+                                    f" (SANDBOX_ROOTFS_DIR={settings.rootfs_dir} needs it)"))
     log.warning("oci backend unavailable (%s); using the docker backend", "; ".join(problems))
     return make_docker(settings)
