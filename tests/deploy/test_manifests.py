@@ -173,3 +173,17 @@ def test_dashboard_uses_only_metrics_the_server_exposes_and_all_of_them():
             for expr in _dashboard_exprs() for name in re.findall(r"\bsandbox_\w+", expr)}
     assert used - SERVER_METRICS == set(), f"unknown metrics: {used - SERVER_METRICS}"
     assert SERVER_METRICS - used == set(), f"metrics without a panel: {SERVER_METRICS - used}"
+
+
+def test_compose_and_kubernetes_grant_the_same_least_privilege():
+    """Both run the server image the one way verified by test_server_image.py."""
+    service = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())["services"]["sandbox"]
+    context = _by_kind("Deployment")["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert not context.get("privileged") and "privileged" not in service
+    assert context["capabilities"]["drop"] == service["cap_drop"] == ["ALL"]
+    assert sorted(context["capabilities"]["add"]) == sorted(service["cap_add"])
+    assert context["seccompProfile"]["type"] == "Unconfined" and "seccomp=unconfined" in service["security_opt"]
+    assert context["appArmorProfile"]["type"] == "Unconfined" and "apparmor=unconfined" in service["security_opt"]
+    assert context["readOnlyRootFilesystem"] is True and service["read_only"] is True
+    pod = _by_kind("Deployment")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False, "no API token in a pod running untrusted code"
