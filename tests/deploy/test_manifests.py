@@ -10,7 +10,6 @@ import copy
 import importlib.resources
 import json
 import re
-from pathlib import Path
 
 import jsonschema
 import kubernetes_validate
