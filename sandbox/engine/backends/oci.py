@@ -149,13 +149,17 @@ class RootfsStore:
         self._known[image] = (time.monotonic(), target / "rootfs", env)
         return target / "rootfs", env
 
+    def _prebuilt_complete(self, image: str) -> bool:
+        folder = self.prebuilt / prebuilt_name(image)
+        return (folder / PREBUILT_METADATA).is_file() and (folder / "rootfs" / INIT.lstrip("/")).exists()
+
     def _prepare_prebuilt(self, image: str) -> tuple[Path, list[str]]:
         folder = self.prebuilt / prebuilt_name(image)
         try:
             env = json.loads((folder / PREBUILT_METADATA).read_text())["env"]
         except (OSError, ValueError, KeyError):
             raise PrebuiltRootMissing(image, folder) from None
-        if not (folder / "rootfs" / INIT.lstrip("/")).exists():
+        if not self._prebuilt_complete(image):
             raise PrebuiltRootMissing(image, folder)
         self._known[image] = (time.monotonic(), folder / "rootfs", env)
         return folder / "rootfs", env
@@ -223,9 +227,7 @@ class RootfsStore:
 
     def missing(self, images: Sequence[str]) -> list[str]:
         if self.prebuilt is not None:
-            return [image for image in images
-                    if not (self.prebuilt / prebuilt_name(image) / PREBUILT_METADATA).is_file()
-                    or not (self.prebuilt / prebuilt_name(image) / "rootfs" / INIT.lstrip("/")).exists()]
+            return [image for image in images if not self._prebuilt_complete(image)]
         import docker.errors
 
         missing = []
