@@ -140,6 +140,9 @@ def test_compose_file_matches_the_compose_specification():
     service, = compose["services"].values()
     assert "/readyz" in " ".join(service["healthcheck"]["test"])
     assert not _setting_names(service["environment"])
+    environment = service["environment"]
+    sandboxes_mib = int(environment["SANDBOX_MAX_CONCURRENCY"]) * int(environment["SANDBOX_MAX_MEMORY_MB"])
+    assert sandboxes_mib + 1024 <= int(service["mem_limit"].removesuffix("g")) * 1024
     assert all(port.startswith("127.0.0.1:") for port in service["ports"]), "no auth: local only"
 
 
