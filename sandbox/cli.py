@@ -1,6 +1,7 @@
-"""sandbox: serve | run FILE | doctor | config | images build [LANG...] | images list
-(also ``python -m sandbox``). Settings come from SANDBOX_* variables and the TOML file named by
-SANDBOX_CONFIG or --config; `sandbox config --markdown` lists them."""
+"""sandbox: serve | run FILE | doctor | config | images build [LANG...] | images list |
+images export-rootfs DEST [LANG...] (also ``python -m sandbox``). Settings come from SANDBOX_*
+variables and the TOML file named by SANDBOX_CONFIG or --config; `sandbox config --markdown`
+lists them."""
 
 from __future__ import annotations
 
@@ -56,6 +57,14 @@ def _parser() -> argparse.ArgumentParser:
     build = images_sub.add_parser("build", help="build the base and language images")
     build.add_argument("languages", nargs="*", help="only these languages (default: all)")
     images_sub.add_parser("list", help="show each language's image and toolchain version")
+    export = images_sub.add_parser(
+        "export-rootfs", help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
+                              "(the oci backend without Docker)")
+    export.add_argument("dest", type=Path, help="folder to write (one subfolder per image)")
+    export.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    export.add_argument("--metadata-only", action="store_true",
+                        help="write only each image's image.json (reference, id, environment); "
+                             "the server image build copies the roots itself")
     return parser
 
 
@@ -140,10 +149,12 @@ def config(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def images(args: argparse.Namespace, settings: Settings) -> int:
-    from .images import build_images, list_images
+    from .images import build_images, export_roots, list_images
 
     if args.images_command == "build":
         return build_images(args.languages or None, settings)
+    if args.images_command == "export-rootfs":
+        return export_roots(args.dest, args.languages or None, settings, args.metadata_only)
     return list_images(settings)
 
 

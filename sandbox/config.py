@@ -143,6 +143,12 @@ class Settings(BaseSettings):
                             "else runc).")
     state_dir: Path = Field(Path("/var/lib/llm-sandbox"),
                             description="Unpacked image roots (oci backend).")
+    rootfs_dir: Path | None = Field(
+        None,
+        description="oci backend without Docker: a folder of pre-unpacked image roots, one "
+                    "subfolder per image (`sandbox-python_1/rootfs/` and its `image.json`), as "
+                    "written by `sandbox images export-rootfs`. When set, roots come only from "
+                    "here and Docker is never asked (server images and Kubernetes pods).")
     run_dir: Path = Field(Path("/run/llm-sandbox"),
                           description="Per-request bundles and work directories (oci backend).")
     max_concurrency: int = Field(

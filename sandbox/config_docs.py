@@ -79,6 +79,9 @@ def effective_toml(settings: Settings) -> str:
     for name in Settings.model_fields:
         if name in ("config", "languages"):
             continue
+        if getattr(settings, name) is None:  # TOML has no null: unset is the default
+            lines.append(f"# {name} is not set")
+            continue
         lines.append(f"{name} = {_toml_value(getattr(settings, name))}"
                      f"{_origin(name, file_keys, settings)}")
     for language, overrides in sorted(settings.languages.items()):

@@ -198,6 +198,33 @@ def build_images(languages: list[str] | None, settings: Settings) -> int:
     return 1 if failures else 0
 
 
+def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
+                 metadata_only: bool = False) -> int:
+    """Write a pre-unpacked roots folder (``SANDBOX_ROOTFS_DIR``) from the local images."""
+    from .engine.backends import ImageMissing
+    from .engine.backends.oci import RootfsStore
+
+    registry = RuntimeRegistry.load(settings.runtimes_dir)
+    try:
+        specs = [registry.get(lang) for lang in (languages or registry.languages)]
+    except LookupError as exc:
+        say(str(exc))
+        return 2
+    store = RootfsStore(settings.state_dir / "rootfs")
+    dest.mkdir(parents=True, exist_ok=True)
+    for spec in specs:
+        try:
+            target = store.export_prebuilt(spec.image, dest, with_rootfs=not metadata_only)
+        except ImageMissing:
+            say(f"[{spec.language}] {spec.image} is not built: run `make images LANGS={spec.language}`")
+            return 1
+        except docker.errors.DockerException as exc:
+            say(f"cannot read {spec.image} from Docker ({exc}); start dockerd and retry")
+            return 1
+        say(f"[{spec.language}] {spec.image} -> {target}")
+    return 0
+
+
 def list_images(settings: Settings) -> int:
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     client = docker.from_env()

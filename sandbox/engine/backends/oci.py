@@ -78,15 +78,35 @@ def _swap_accounting() -> bool:
     return not v1.is_dir() or (v1 / "memory.memsw.limit_in_bytes").exists()
 
 
+PREBUILT_METADATA = "image.json"
+
+
+def prebuilt_name(image: str) -> str:
+    """Subfolder of a pre-unpacked roots folder holding ``image``: sandbox-python:1 -> sandbox-python_1."""
+    return image.replace("/", "_").replace(":", "_")
+
+
+class PrebuiltRootMissing(ImageMissing):
+    def __init__(self, image: str, folder: Path) -> None:
+        super().__init__(image)
+        self.args = (f"image {image} has no root filesystem in {folder}: write it with "
+                     f"`sandbox images export-rootfs {folder.parent}` (or rebuild the server image)",)
+
+
 class RootfsStore:
-    """Image root filesystems, unpacked once per image id and shared read-only by every sandbox."""
+    """Image root filesystems, unpacked once per image id and shared read-only by every sandbox.
+
+    With ``prebuilt`` (the ``rootfs_dir`` setting) the roots were unpacked ahead of time, one
+    subfolder per image (``prebuilt_name``) holding ``rootfs/`` and ``image.json`` (the image's
+    reference, id and environment), and Docker is never asked: a server image or a pod has none."""
 
     # How long an image tag is trusted to point at the same image before Docker is asked
     # again (a rebuilt image is picked up within this time).
     TAG_TTL_S = 30.0
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, prebuilt: Path | None = None) -> None:
         self.root = root
+        self.prebuilt = prebuilt
         self._known: dict[str, tuple[float, Path, list[str]]] = {}
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
@@ -108,10 +128,11 @@ class RootfsStore:
 
     def prepare(self, image: str) -> tuple[Path, list[str]]:
         """(root filesystem folder, environment) of ``image``; exports it on first use."""
-        import docker.errors
-
         if known := self.known(image):
             return known
+        if self.prebuilt is not None:
+            return self._prepare_prebuilt(image)
+        import docker.errors
 
         try:
             info = self._docker().api.inspect_image(image)
@@ -129,26 +150,70 @@ class RootfsStore:
         self._known[image] = (time.monotonic(), target / "rootfs", env)
         return target / "rootfs", env
 
+    def _prebuilt_complete(self, image: str) -> bool:
+        folder = self.prebuilt / prebuilt_name(image)
+        return (folder / PREBUILT_METADATA).is_file() and (folder / "rootfs" / INIT.lstrip("/")).exists()
+
+    def _prepare_prebuilt(self, image: str) -> tuple[Path, list[str]]:
+        folder = self.prebuilt / prebuilt_name(image)
+        try:
+            env = json.loads((folder / PREBUILT_METADATA).read_text())["env"]
+        except (OSError, ValueError, KeyError):
+            raise PrebuiltRootMissing(image, folder) from None
+        if not self._prebuilt_complete(image):
+            raise PrebuiltRootMissing(image, folder)
+        self._known[image] = (time.monotonic(), folder / "rootfs", env)
+        return folder / "rootfs", env
+
+    def export_prebuilt(self, image: str, dest: Path, with_rootfs: bool = True) -> Path:
+        """Write ``image``'s subfolder of a pre-unpacked roots folder ``dest`` from Docker.
+
+        ``with_rootfs=False`` writes only ``image.json``: a server image build copies the root
+        itself (``COPY --from=IMAGE / .../rootfs/``), which is faster than a build context."""
+        import docker.errors
+
+        try:
+            info = self._docker().api.inspect_image(image)
+        except docker.errors.ImageNotFound:
+            raise ImageMissing(image) from None
+        target = dest / prebuilt_name(image)
+        partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        (partial / "rootfs").mkdir(parents=True)
+        try:
+            if with_rootfs:
+                self._unpack(image, partial / "rootfs")
+            metadata = {"image": image, "id": info["Id"], "env": info["Config"].get("Env") or []}
+            (partial / PREBUILT_METADATA).write_text(json.dumps(metadata, indent=1) + "\n")
+            shutil.rmtree(target, ignore_errors=True)
+            partial.rename(target)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+        return target
+
+    def _unpack(self, image: str, rootfs: Path) -> None:
+        api = self._docker().api
+        container = api.create_container(image, command=["true"], network_disabled=True)
+        try:
+            tar = subprocess.Popen(["tar", "-x", "-C", str(rootfs)], stdin=subprocess.PIPE)
+            try:
+                for chunk in api.export(container["Id"]):
+                    tar.stdin.write(chunk)
+            finally:
+                tar.stdin.close()
+                if tar.wait() != 0:
+                    raise BackendError(f"unpacking {image} failed")
+        finally:
+            api.remove_container(container["Id"], force=True)
+
     def _export(self, image: str, target: Path) -> None:
         """Unpack into a private folder, then rename it into place: several servers (or an
         image build beside a server) may export the same image at once."""
         log.info("unpacking %s into %s (once per image version)", image, target)
         partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
         (partial / "rootfs").mkdir(parents=True)
-        api = self._docker().api
         try:
-            container = api.create_container(image, command=["true"], network_disabled=True)
-            try:
-                tar = subprocess.Popen(["tar", "-x", "-C", str(partial / "rootfs")], stdin=subprocess.PIPE)
-                try:
-                    for chunk in api.export(container["Id"]):
-                        tar.stdin.write(chunk)
-                finally:
-                    tar.stdin.close()
-                    if tar.wait() != 0:
-                        raise BackendError(f"unpacking {image} failed")
-            finally:
-                api.remove_container(container["Id"], force=True)
+            self._unpack(image, partial / "rootfs")
             (partial / ".complete").write_text(image + "\n")
             if (target / ".complete").exists() and (target / "rootfs" / INIT.lstrip("/")).exists():
                 return  # another process finished first
@@ -162,6 +227,8 @@ class RootfsStore:
             shutil.rmtree(partial, ignore_errors=True)
 
     def missing(self, images: Sequence[str]) -> list[str]:
+        if self.prebuilt is not None:
+            return [image for image in images if not self._prebuilt_complete(image)]
         import docker.errors
 
         missing = []
@@ -483,7 +550,7 @@ class OciBackend:
 
     def __init__(self, runtime: str, instance: str = "default",
                  state_dir: Path = Path("/var/lib/llm-sandbox"),
-                 run_dir: Path = Path("/run/llm-sandbox")) -> None:
+                 run_dir: Path = Path("/run/llm-sandbox"), rootfs_dir: Path | None = None) -> None:
         self.runtime = runtime
         self.instance = instance
         self.run_dir = run_dir / instance
@@ -492,7 +559,7 @@ class OciBackend:
         self.unshare_path = shutil.which("unshare") or "/usr/bin/unshare"
         self.hybrid_workaround = Path(runtime).name == "crun" and hybrid_cgroups()
         self.cgroup_parent = f"llm-sandbox-{instance}"
-        self.rootfs = RootfsStore(state_dir / "rootfs")
+        self.rootfs = RootfsStore(state_dir / "rootfs", prebuilt=rootfs_dir)
         self.swap_accounting = _swap_accounting()
         # crun can load a filter compiled once; runc compiles linux.seccomp at every start.
         self.seccomp_annotations = bpf_annotation(SECCOMP_PROFILE) if Path(runtime).name == "crun" else {}

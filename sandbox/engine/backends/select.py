@@ -40,8 +40,12 @@ def plan_backend(settings: Settings) -> BackendChoice:
                 "auto prefers oci, and it can run here"
             return BackendChoice("oci", runtime, f"{why}: running as root, {runtime} installed")
         problems.append(f"{runtime}: {problem}")
-    if settings.backend == "oci":
-        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems))
+    if settings.backend == "oci" or settings.rootfs_dir is not None:
+        # Pre-unpacked roots mean "no Docker here" (a server image, a pod): falling back to
+        # the docker backend would only fail later and less clearly.
+        raise BackendUnavailable("the oci backend cannot run here: " + "; ".join(problems)
+                                 + ("" if settings.rootfs_dir is None else
+                                    f" (SANDBOX_ROOTFS_DIR={settings.rootfs_dir} needs it)"))
     return BackendChoice("docker", None, "oci backend unavailable (" + "; ".join(problems) + ")")
 
 
@@ -54,7 +58,8 @@ def choose_backend(settings: Settings) -> Backend:
     choice = plan_backend(settings)
     if choice.name == "oci":
         return OciBackend(choice.oci_runtime, instance=settings.instance,
-                          state_dir=settings.state_dir, run_dir=settings.run_dir)
+                          state_dir=settings.state_dir, run_dir=settings.run_dir,
+                          rootfs_dir=settings.rootfs_dir)
     if settings.backend == "auto":
         log.warning("%s; using the docker backend", choice.reason)
     return make_docker(settings)
