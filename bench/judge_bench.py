@@ -224,7 +224,7 @@ def main() -> int:
     parser.add_argument("--url", action="append", default=[],
                         help="NAME=URL of a server to measure (repeatable); default: start two")
     parser.add_argument("--languages", nargs="+", default=["cpp", "java", "python"])
-    parser.add_argument("--problems", nargs="+", default=["cpp=24", "java=16", "python=60"],
+    parser.add_argument("--problems", nargs="+", default=["cpp=60", "java=16", "python=60"],
                         help="LANGUAGE=N programs per language")
     parser.add_argument("--tests", type=int, default=10, help="test cases per program")
     parser.add_argument("--timeout", nargs="+", default=["cpp=3", "java=5", "python=1"],

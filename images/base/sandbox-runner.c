@@ -505,6 +505,10 @@ static int run_test(const char *header) {
     }
 
     int in = anonymous_file("stdin"), out = anonymous_file("stdout"), err = anonymous_file("stderr");
+    /* Append-only, like the pipes programs expect: a memfd's file position is not updated
+     * atomically, so two threads printing at once would overwrite each other's output. */
+    if (out >= 0) fcntl(out, F_SETFL, O_APPEND);
+    if (err >= 0) fcntl(err, F_SETFL, O_APPEND);
     int stdin_copied = channel_to_fd(in, stdin_len);
     if (stdin_copied == -1) {
         free_args(args);

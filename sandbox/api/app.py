@@ -40,6 +40,8 @@ class Services:
         self.registry = registry
         self.engine = engine
         self.judge = Judge(engine)
+        # Why the backend failed its start-up check, until a later check passes (/readyz).
+        self.backend_problem: str | None = None
 
 
 def _services(request: Request) -> Services:
@@ -78,6 +80,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                     await engine.backend.remove_leftovers()
                 elif problem:
                     log.error("oci backend failed its probe: %s", problem)
+                    app.state.services.backend_problem = problem
                 else:
                     warming = asyncio.create_task(engine.backend.warm([s.image for s in registry]))
         except BackendError as exc:
@@ -187,6 +190,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             problems += [f"image {image} is not built; run `make images`" for image in missing]
         except BackendError as exc:
             problems.append(str(exc))
+        if services.backend_problem and not problems:
+            # Failed at start-up: check again (one small container) until it passes.
+            spec = next(iter(services.registry))
+            services.backend_problem = await services.engine.probe(spec)
+            if services.backend_problem:
+                problems.append(f"the {backend.name} backend cannot run programs: "
+                                f"{services.backend_problem}")
         body = {"ready": not problems, "backend": getattr(backend, "description", backend.name),
                 "languages": services.registry.languages, "problems": problems}
         return JSONResponse(status_code=200 if not problems else 503, content=body)

@@ -76,9 +76,13 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
 
 
 def _check_utf8(req: RunCodeRequest) -> None:
-    # JSON can carry lone surrogates (\ud800) that no file or pipe can hold.
     texts = [("code", req.code), ("stdin", req.stdin or "")]
     texts += [("files path", p) for p in req.files] + [("fetch_files path", p) for p in req.fetch_files]
+    _require_unicode(texts)
+
+
+def _require_unicode(texts) -> None:
+    # JSON can carry lone surrogates (\ud800) that no file or pipe can hold.
     for what, text in texts:
         try:
             text.encode()
@@ -182,6 +186,9 @@ def to_response(result: JobResult, job: Job, requested_fetch: list[str]) -> RunC
 
 
 def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: Settings) -> Evaluation:
+    _require_unicode((f"tests[{i}].{name}", text) for i, t in enumerate(req.tests)
+                     for name, text in (("stdin", t.stdin), ("expected_output", t.expected_output),
+                                        ("assert_code", t.assert_code)) if text is not None)
     if len(req.tests) > settings.max_tests:
         raise InvalidRequest(f"{len(req.tests)} tests is more than this server's limit of "
                              f"{settings.max_tests} per request (SANDBOX_MAX_TESTS)")

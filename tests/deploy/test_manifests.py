@@ -23,13 +23,21 @@ from sandbox.runtimes import RuntimeRegistry
 DEPLOY = REPO_ROOT / "deploy"
 # The oldest Kubernetes minor still commonly run, and a recent one.
 KUBERNETES_VERSIONS = ["1.30.0", "1.34.0"]
-# What the server exposes at /metrics (histograms also as _bucket, _sum, _count).
-SERVER_METRICS = {
-    "sandbox_requests_total", "sandbox_errors_total", "sandbox_execution_time_seconds",
-    "sandbox_queue_depth", "sandbox_running_containers", "sandbox_warm_pool_size",
-    "sandbox_container_start_seconds",
-}
 HISTOGRAM_SUFFIX = re.compile(r"_(bucket|sum|count)$")
+
+
+def _served_metrics() -> set[str]:
+    """The sandbox_* metrics a real app registers for /metrics (no sandbox needed), as
+    PromQL names them: counters with _total, histograms by their base name."""
+    from sandbox.api import create_app
+    from sandbox.config import Settings
+
+    registry = create_app(Settings(backend="docker")).state.ops.metrics.registry
+    return {family.name + ("_total" if family.type == "counter" else "")
+            for family in registry.collect() if family.name.startswith("sandbox_")}
+
+
+SERVER_METRICS = _served_metrics()
 
 
 def _manifests() -> list[tuple[str, dict]]:

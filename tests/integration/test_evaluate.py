@@ -229,3 +229,32 @@ def test_one_tests_crash_does_not_touch_the_next(evaluate):
                                        {"stdin": "boom", "expected_output": "boom"},
                                        {"stdin": "b", "expected_output": "b"}], memory_limit_MB=96)
     assert verdicts(result) == ["accepted", "memory_limit", "accepted"], result
+
+
+def test_threads_printing_at_once_lose_nothing(evaluate):
+    # The test's stdout is an in-memory file; writes from several threads must all land.
+    code = ("import threading\n"
+            "def say():\n    for _ in range(200): print('x')\n"
+            "threads = [threading.Thread(target=say) for _ in range(4)]\n"
+            "[t.start() for t in threads]\n[t.join() for t in threads]\n")
+    result = evaluate(code, "python", [{}, {}])
+    for test in result["tests"]:
+        assert test["verdict"] == "accepted"
+    full = evaluate(code, "python", [{"expected_output": "x\n" * 800}], compare="tokens")
+    assert full["accepted"] is True, full["tests"][0]["message"]
+
+
+def test_python_tests_run_like_python3(evaluate):
+    # Python tests fork from a warmed interpreter; what a program can see must match python3.
+    code = ("import sys, atexit\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "print(__name__, sys.argv[1:], sys.stdin.read().split())\n"
+            "if len(sys.argv) > 9: pass\n"
+            "raise SystemExit(int(input() or 0) if False else 0)")
+    result = evaluate(code, "python", [{"stdin": "a b", "expected_output": "__main__ [] ['a', 'b']\natexit ran"}])
+    assert result["accepted"] is True, result["tests"][0]
+    syntax = evaluate("def f(:\n    pass", "python", [{}])["tests"][0]
+    assert syntax["verdict"] == "runtime_error" and syntax["stderr"].startswith('  File "/sandbox/main.py", line 1')
+    crash = evaluate("def g():\n    return 1 / 0\ng()", "python", [{}])["tests"][0]
+    assert crash["stderr"].startswith("Traceback (most recent call last):\n  File \"/sandbox/main.py\"")
+    assert "ZeroDivisionError" in crash["stderr"] and "zygote" not in crash["stderr"]

@@ -215,3 +215,57 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
         assert time.monotonic() - started < 5
         broken.unlink()
         assert post("print(3)")["run_result"]["stdout"] == "3\n"
+
+
+def test_readyz_says_so_while_the_oci_backend_cannot_run_programs(docker_ready, tmp_path):
+    """A server whose backend fails its start-up check is not ready until the check passes."""
+    if _oci_problem():
+        pytest.skip(_oci_problem())
+    real = shutil.which("crun")
+    if real is None:
+        pytest.skip("crun is not installed")
+    broken = tmp_path / "broken"
+    broken.touch()
+    wrapper = tmp_path / "bin" / "crun"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nif [ -e {broken} ]; then echo "crun: unavailable" >&2; exit 1; fi\n'
+                       f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    with running_server(tmp_path, backend="oci", oci_runtime=str(wrapper)) as url:
+        answer = requests.get(f"{url}/readyz", timeout=30)
+        assert answer.status_code == 503
+        assert any("cannot run programs" in p and "unavailable" in p for p in answer.json()["problems"])
+        broken.unlink()
+        assert requests.get(f"{url}/readyz", timeout=30).status_code == 200
+
+
+def test_full_disk_gives_a_clear_error_and_the_server_recovers(docker_ready, tmp_path):
+    """The disk under the sandboxes' bundles fills up: requests get a SandboxError that says
+    so (not a 500), the server keeps answering, and works again once there is space."""
+    if _oci_problem():
+        pytest.skip(_oci_problem())
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+    try:
+        with running_server(tmp_path, backend="oci", run_dir=disk / "run") as url:
+            def post(code, path="/run_code", **extra):
+                return requests.post(f"{url}{path}", timeout=60,
+                                     json={"code": code, "language": "python", **extra})
+
+            assert post("print(1)").json()["run_result"]["stdout"] == "1\n"
+            with open(disk / "filler", "wb") as filler:  # fill the disk to the last byte
+                with pytest.raises(OSError):
+                    while True:
+                        filler.write(b"x" * 4096)
+                        filler.flush()
+            full = post("print(2)")
+            assert full.status_code == 200 and full.json()["status"] == "SandboxError"
+            assert "No space left on device" in full.json()["message"]
+            judged = post("print(2)", "/v1/evaluate", tests=[{"expected_output": "2"}])
+            assert judged.status_code == 200 and judged.json()["status"] == "SandboxError"
+            assert requests.get(f"{url}/v1/ping", timeout=5).json() == "pong"
+            (disk / "filler").unlink()
+            assert post("print(3)").json()["run_result"]["stdout"] == "3\n"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

@@ -117,3 +117,29 @@ def test_oversized_bodies_get_413():
 
 def test_healthz(client):
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_evaluate_requests_that_cannot_run_get_a_422_that_says_why():
+    import json
+
+    # No sandbox is started: every one of these is refused before the engine is reached.
+    client = TestClient(create_app(Settings(backend="docker", max_tests=3)))
+    base = {"code": "print(1)", "language": "python", "tests": [{"stdin": ""}]}
+    cases = [
+        ({"tests": [{"stdin": "\ud800"}]}, "tests[0].stdin is not valid Unicode"),
+        ({"tests": [{"expected_output": "\udfff"}]}, "tests[0].expected_output"),
+        ({"tests": [{}] * 4}, "4 tests is more than this server's limit of 3"),
+        ({"fn_name": "not an identifier"}, "not a Python identifier"),
+        ({"language": "cpp", "fn_name": "f"}, "python programs only"),
+        ({"total_timeout": 0}, "total_timeout must be a positive number"),
+        ({"checker": {"language": "cobol", "code": "x"}}, "'cobol' is not served"),
+        ({"tests": []}, "tests"),
+        ({"compare": "fuzzy"}, "compare"),
+        ({"typo_option": 1}, "typo_option"),
+    ]
+    for change, expected in cases:
+        # Sent as escaped JSON: lone surrogates (\ud800) can only travel that way.
+        response = client.post("/v1/evaluate", content=json.dumps({**base, **change}),
+                               headers={"content-type": "application/json"})
+        assert response.status_code == 422, (change, response.text)
+        assert expected in response.text, (change, response.text)

@@ -354,16 +354,24 @@ class OciSandbox:
             },
         }
 
+    def _write_bundle(self, step_dir: Path, config: dict) -> None:
+        try:
+            step_dir.mkdir()
+            (step_dir / "config.json").write_text(json.dumps(config))
+        except OSError as exc:  # a full disk, most likely
+            raise SandboxUnavailable(
+                f"cannot write the sandbox's bundle under {self._backend.run_dir}: {exc.strerror}; "
+                f"free space there (SANDBOX_RUN_DIR)") from exc
+
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
         self._steps += 1
         name = f"{self.id}-{self._steps}"
         step_dir = self.bundle_dir / f"step{self._steps}"
         cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
-        step_dir.mkdir()
         # init's own deadline is a backstop should this server die mid-step.
         args = [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)), "--", *argv]
-        (step_dir / "config.json").write_text(json.dumps(self._config(args, cgroups_path)))
+        self._write_bundle(step_dir, self._config(args, cgroups_path))
         ours, theirs = socket.socketpair()
         started = time.monotonic()
         try:
@@ -394,11 +402,9 @@ class OciSandbox:
         name = f"{self.id}-{self._steps}"
         step_dir = self.bundle_dir / f"step{self._steps}"
         cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
-        step_dir.mkdir()
         args = [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
                 "--channel-fd", "3"]
-        (step_dir / "config.json").write_text(
-            json.dumps(self._config(args, cgroups_path, workdir_writable=False)))
+        self._write_bundle(step_dir, self._config(args, cgroups_path, workdir_writable=False))
         ours, theirs = socket.socketpair()
         try:
             proc = await spawn(self._backend.command("run", "--bundle", str(step_dir),
