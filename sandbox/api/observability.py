@@ -32,7 +32,12 @@ from typing import Iterable
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+from prometheus_client.exposition import generate_latest
+
+try:  # the classic text format by name (newer prometheus-client; Debian's is older)
+    from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as METRICS_CONTENT_TYPE
+except ImportError:
+    from prometheus_client.exposition import CONTENT_TYPE_LATEST as METRICS_CONTENT_TYPE
 
 from ..config import Settings
 from ..engine import Engine
@@ -415,6 +420,6 @@ def install_observability(app: FastAPI, settings: Settings, engine: Engine,
     @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics",
              response_class=Response)
     async def metrics() -> Response:
-        return Response(ops.metrics.exposition(), media_type=CONTENT_TYPE_PLAIN_0_0_4)
+        return Response(ops.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
 
     return ops

@@ -234,7 +234,8 @@ def test_one_tests_crash_does_not_touch_the_next(evaluate):
 def test_threads_printing_at_once_lose_nothing(evaluate):
     # The test's stdout is an in-memory file; writes from several threads must all land.
     code = ("import threading\n"
-            "def say():\n    for _ in range(200): print('x')\n"
+            "import sys\n"
+            "def say():\n    for _ in range(200): sys.stdout.write('x\\n')\n"
             "threads = [threading.Thread(target=say) for _ in range(4)]\n"
             "[t.start() for t in threads]\n[t.join() for t in threads]\n")
     result = evaluate(code, "python", [{}, {}])

@@ -254,11 +254,10 @@ def test_full_disk_gives_a_clear_error_and_the_server_recovers(docker_ready, tmp
                                      json={"code": code, "language": "python", **extra})
 
             assert post("print(1)").json()["run_result"]["stdout"] == "1\n"
-            with open(disk / "filler", "wb") as filler:  # fill the disk to the last byte
+            with open(disk / "filler", "wb", buffering=0) as filler:  # fill the disk to the last byte
                 with pytest.raises(OSError):
                     while True:
                         filler.write(b"x" * 4096)
-                        filler.flush()
             full = post("print(2)")
             assert full.status_code == 200 and full.json()["status"] == "SandboxError"
             assert "No space left on device" in full.json()["message"]
