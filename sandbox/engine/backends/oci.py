@@ -354,26 +354,22 @@ class OciSandbox:
             },
         }
 
-    def _write_bundle(self, step_dir: Path, config: dict) -> None:
-        try:
-            step_dir.mkdir()
-            (step_dir / "config.json").write_text(json.dumps(config))
-        except OSError as exc:  # a full disk, most likely
-            raise SandboxUnavailable(
-                f"cannot write the sandbox's bundle under {self._backend.run_dir}: {exc.strerror}; "
-                f"free space there (SANDBOX_RUN_DIR)") from exc
-
-    async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
-                      output_limit: int) -> StepResult:
+    async def _start(self, args: Sequence[str], workdir_writable: bool = True):
+        """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us.
+        Returns (runtime process, our end of the socket, container name, cgroup path)."""
         self._steps += 1
         name = f"{self.id}-{self._steps}"
         step_dir = self.bundle_dir / f"step{self._steps}"
         cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
-        # init's own deadline is a backstop should this server die mid-step.
-        args = [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)), "--", *argv]
-        self._write_bundle(step_dir, self._config(args, cgroups_path))
+        try:
+            step_dir.mkdir()
+            (step_dir / "config.json").write_text(
+                json.dumps(self._config(args, cgroups_path, workdir_writable)))
+        except OSError as exc:  # a full disk, most likely
+            raise SandboxUnavailable(
+                f"cannot write the sandbox's bundle under {self._backend.run_dir}: {exc.strerror}; "
+                f"free space there (SANDBOX_RUN_DIR)") from exc
         ours, theirs = socket.socketpair()
-        started = time.monotonic()
         try:
             proc = await spawn(self._backend.command("run", "--bundle", str(step_dir),
                                                      "--preserve-fds", "1", name),
@@ -383,6 +379,14 @@ class OciSandbox:
             raise SandboxUnavailable(f"cannot start {self._backend.runtime}: {exc}") from exc
         finally:
             theirs.close()
+        return proc, ours, name, cgroups_path
+
+    async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                      output_limit: int) -> StepResult:
+        started = time.monotonic()
+        # init's own deadline is a backstop should this server die mid-step.
+        proc, ours, name, cgroups_path = await self._start(
+            [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)), "--", *argv])
         try:
             return await self._supervise(proc, ours, name, cgroups_path, stdin, started,
                                          started + timeout_s, output_limit)
@@ -398,23 +402,9 @@ class OciSandbox:
         """A container running ``sandbox-runner`` over what the earlier steps left in the work
         directory, mounted read-only now: every test sees the same files. Its own cgroup, so
         memory is measured per test."""
-        self._steps += 1
-        name = f"{self.id}-{self._steps}"
-        step_dir = self.bundle_dir / f"step{self._steps}"
-        cgroups_path = f"/{self._backend.cgroup_parent}/{name}"
-        args = [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
-                "--channel-fd", "3"]
-        self._write_bundle(step_dir, self._config(args, cgroups_path, workdir_writable=False))
-        ours, theirs = socket.socketpair()
-        try:
-            proc = await spawn(self._backend.command("run", "--bundle", str(step_dir),
-                                                     "--preserve-fds", "1", name),
-                               theirs.fileno(), RUNTIME_ENV)
-        except OSError as exc:
-            ours.close()
-            raise SandboxUnavailable(f"cannot start {self._backend.runtime}: {exc}") from exc
-        finally:
-            theirs.close()
+        proc, ours, name, cgroups_path = await self._start(
+            [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
+             "--channel-fd", "3"], workdir_writable=False)
         diagnostics = CappedBuffer(16 << 10)
 
         async def drain(stream: asyncio.StreamReader) -> None:
