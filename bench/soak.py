@@ -1,4 +1,5 @@
-"""Soak run: thousands of mixed requests, some hostile, at high concurrency against one server.
+"""Soak run: thousands of mixed requests, some hostile, at high concurrency against one server
+(`/run_code`, and `/v1/evaluate` with hostile tests).
 
 Reports requests sent and answered, HTTP errors, wrong verdicts (each request knows the
 verdict it must get), sandboxes leaked afterwards, and the server's memory over the run.
@@ -43,9 +44,28 @@ def _sum(lang):
 def make_request(rng: random.Random) -> tuple[str, dict, callable]:
     """(kind, body, check) where check(response_json) -> True when the verdict is right."""
     kind = rng.choices(
-        ["sum", "wrong", "timeout", "memory", "fork", "flood", "network", "compile_error", "sql"],
-        weights=[50, 10, 6, 6, 3, 4, 6, 8, 7])[0]
+        ["sum", "wrong", "timeout", "memory", "fork", "flood", "network", "compile_error", "sql",
+         "evaluate", "evaluate_hostile"],
+        weights=[50, 10, 6, 6, 3, 4, 6, 8, 7, 8, 4])[0]
     a, b = rng.randint(-10**6, 10**6), rng.randint(-10**6, 10**6)
+    if kind == "evaluate":  # POST /v1/evaluate: five tests, the last expecting a wrong answer
+        lang = rng.choice(["python", "cpp", "java"])
+        tests = [{"stdin": f"{a + i} {b}\n", "expected_output": f"{a + i + b}"} for i in range(4)]
+        tests.append({"stdin": f"{a} {b}\n", "expected_output": f"{a + b + 1}"})
+        body = {"code": _sum(lang), "language": lang, "tests": tests}
+        return kind, body, lambda r: r["verl_results"] == [True, True, True, True, False]
+    if kind == "evaluate_hostile":  # each test tries something else; the last must still pass
+        code = ("import os, sys, time\nt = input().strip()\n"
+                "if t == 'fork':\n    while True:\n        try: os.fork()\n        except OSError: pass\n"
+                "if t == 'daemon' and os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\n"
+                "if t == 'memory': x = bytearray(300 << 20); x[::4096] = b'x' * len(x[::4096])\n"
+                "if t == 'kill':\n    for pid in (1, os.getppid()):\n        try: os.kill(pid, 9)\n        except OSError: pass\n"
+                "print(t)")
+        tests = [{"stdin": t, "expected_output": t} for t in ("fork", "daemon", "memory", "kill", "ok")]
+        body = {"code": code, "language": "python", "tests": tests, "run_timeout": 2,
+                "memory_limit_MB": 128}
+        return kind, body, lambda r: r["verl_results"][1] is True and r["verl_results"][2] == -2 \
+            and r["verl_results"][4] is True and r["verl_results"][0] in (-3, -2)
     if kind == "sum":
         lang = rng.choice(["python", "cpp", "java", "go", "rust", "nodejs"])
         body = {"code": _sum(lang), "language": lang, "stdin": f"{a} {b}\n"}
@@ -136,14 +156,15 @@ def main() -> int:
 
     def one(case):
         kind, body, check = case
-        payload = {"compile_timeout": 10, "run_timeout": 5, "memory_limit_MB": 1024, "stdin": None,
-                   "files": {}, "fetch_files": [], **body}
+        path = "/v1/evaluate" if kind.startswith("evaluate") else "/run_code"
+        payload = {"compile_timeout": 10, "run_timeout": 5, "memory_limit_MB": 1024, "files": {},
+                   **({} if path == "/v1/evaluate" else {"stdin": None, "fetch_files": []}), **body}
         if not hasattr(session, "s"):
             session.s = requests.Session()
         started = time.perf_counter()
         for attempt in range(6):  # like verl: a 504 means "busy", wait Retry-After and retry
             try:
-                response = session.s.post(f"{args.url}/run_code", json=payload, timeout=60)
+                response = session.s.post(f"{args.url}{path}", json=payload, timeout=120)
             except requests.RequestException:
                 with lock:
                     outcome["lost"] += 1
