@@ -61,3 +61,25 @@ def test_startup_sweeps_leftover_oci_work_directories(docker_ready):
         assert response.json()["run_result"]["stdout"] == "42\n"
     assert not stale.exists()
     assert not stale.parent.exists()
+
+
+def test_export_containers_left_by_a_killed_server_are_removed(docker_ready, tmp_path, monkeypatch):
+    """Unpacking an image root goes through a never-started container; a server killed in the
+    middle leaves it behind, and the next start-up sweep removes it (once it is stale)."""
+    from sandbox.engine.backends import oci
+
+    client = docker.from_env()
+    left = client.api.create_container("sandbox-python:1", command=["true"],
+                                       labels={oci.EXPORT_LABEL: "1"})
+    store = oci.RootfsStore(tmp_path)
+    try:
+        assert store.remove_stale_exports() == 0  # fresh: maybe another server's export
+        monkeypatch.setattr(oci, "STALE_EXPORT_S", -1)
+        assert store.remove_stale_exports() >= 1
+        with pytest.raises(docker.errors.NotFound):
+            client.api.inspect_container(left["Id"])
+    finally:
+        try:
+            client.api.remove_container(left["Id"], force=True)
+        except docker.errors.NotFound:
+            pass

@@ -79,6 +79,10 @@ def _swap_accounting() -> bool:
 
 
 PREBUILT_METADATA = "image.json"
+EXPORT_LABEL = "llm-sandbox.rootfs-export"
+# An export container older than this is a leftover (an export takes seconds; another server
+# sharing the daemon may be in the middle of one).
+STALE_EXPORT_S = 600
 
 
 def prebuilt_name(image: str) -> str:
@@ -193,7 +197,9 @@ class RootfsStore:
 
     def _unpack(self, image: str, rootfs: Path) -> None:
         api = self._docker().api
-        container = api.create_container(image, command=["true"], network_disabled=True)
+        # Never started; labelled so that one left by a server killed mid-export is removed.
+        container = api.create_container(image, command=["true"], network_disabled=True,
+                                         labels={EXPORT_LABEL: "1"})
         try:
             tar = subprocess.Popen(["tar", "-x", "-C", str(rootfs)], stdin=subprocess.PIPE)
             try:
@@ -225,6 +231,23 @@ class RootfsStore:
                     raise
         finally:
             shutil.rmtree(partial, ignore_errors=True)
+
+    def remove_stale_exports(self) -> int:
+        """Remove export containers left by a server killed mid-export; how many."""
+        if self.prebuilt is not None:
+            return 0
+        import docker.errors
+
+        removed = 0
+        try:
+            api = self._docker().api
+            for container in api.containers(all=True, filters={"label": f"{EXPORT_LABEL}=1"}):
+                if time.time() - container["Created"] > STALE_EXPORT_S:
+                    api.remove_container(container["Id"], force=True)
+                    removed += 1
+        except docker.errors.DockerException as exc:
+            log.warning("could not look for leftover export containers: %s", exc)
+        return removed
 
     def missing(self, images: Sequence[str]) -> list[str]:
         if self.prebuilt is not None:
@@ -610,7 +633,7 @@ class OciBackend:
                 _umount(job / "work")
                 shutil.rmtree(job, ignore_errors=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        return removed
+        return removed + self.rootfs.remove_stale_exports()
 
     async def remove_leftovers(self) -> int:
         return await asyncio.to_thread(self._remove_leftovers)
