@@ -187,6 +187,11 @@ class Settings(BaseSettings):
                     "with the same code and files); 0 turns it off.")
     max_tests: int = Field(
         1000, ge=1, description="Most test cases one /v1/evaluate request may carry.")
+    max_evaluation_s: float = Field(
+        600.0, gt=0,
+        description="Longest one /v1/evaluate request may hold a sandbox (compile and every "
+                    "test); tests it leaves no time for are `skipped`. A `total_timeout` above "
+                    "it gets a 422.")
     network: bool = Field(False, description="Give sandboxes a network. Leave off.")
     instance: str = Field(
         "default",

@@ -208,6 +208,9 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
             raise InvalidRequest("a request has either fn_name tests or assert_code tests, not both")
     if req.total_timeout is not None and (not math.isfinite(req.total_timeout) or req.total_timeout <= 0):
         raise InvalidRequest(f"total_timeout must be a positive number of seconds, got {req.total_timeout}")
+    if req.total_timeout is not None and req.total_timeout > settings.max_evaluation_s:
+        raise InvalidRequest(f"total_timeout {req.total_timeout:g} s is above this server's ceiling of "
+                             f"{settings.max_evaluation_s:g} s (SANDBOX_MAX_EVALUATION_S)")
     checker = None
     if req.checker is not None:
         checker_job = build_job(RunCodeRequest(code=req.checker.code, language=req.checker.language,
@@ -221,7 +224,9 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                       comparison=Comparison(CompareMode(req.compare), req.rel_tol, req.abs_tol),
                       checker=checker, fn_name=req.fn_name,
                       stop_on_first_failure=req.stop_on_first_failure,
-                      total_timeout_s=req.total_timeout, preview_bytes=req.output_preview_bytes)
+                      # One request cannot hold a sandbox for tests x run_timeout unbounded.
+                      total_timeout_s=req.total_timeout or settings.max_evaluation_s,
+                      preview_bytes=req.output_preview_bytes)
 
 
 def _mb(value: int | None) -> float | None:

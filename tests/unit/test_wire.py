@@ -132,6 +132,7 @@ def test_evaluate_requests_that_cannot_run_get_a_422_that_says_why():
         ({"fn_name": "not an identifier"}, "not a Python identifier"),
         ({"language": "cpp", "fn_name": "f"}, "python programs only"),
         ({"total_timeout": 0}, "total_timeout must be a positive number"),
+        ({"total_timeout": 601}, "above this server's ceiling of 600 s (SANDBOX_MAX_EVALUATION_S)"),
         ({"checker": {"language": "cobol", "code": "x"}}, "'cobol' is not served"),
         ({"tests": []}, "tests"),
         ({"compare": "fuzzy"}, "compare"),
