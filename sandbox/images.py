@@ -164,12 +164,19 @@ def _prune_unpacked_roots(settings: Settings) -> None:
             say(f"removed {len(removed)} unpacked root(s) of replaced image versions")
 
 
-def build_images(languages: list[str] | None, settings: Settings) -> int:
+def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec] | None:
+    """The runtime specs of ``languages`` (all when none), or None after saying which is unknown."""
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     try:
-        specs = [registry.get(lang) for lang in (languages or registry.languages)]
+        return [registry.get(lang) for lang in (languages or registry.languages)]
     except LookupError as exc:
         say(str(exc))
+        return None
+
+
+def build_images(languages: list[str] | None, settings: Settings) -> int:
+    specs = _specs(languages, settings)
+    if specs is None:
         return 2
     try:
         client = docker.from_env(timeout=600)
@@ -204,11 +211,8 @@ def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
     from .engine.backends import ImageMissing
     from .engine.backends.oci import RootfsStore
 
-    registry = RuntimeRegistry.load(settings.runtimes_dir)
-    try:
-        specs = [registry.get(lang) for lang in (languages or registry.languages)]
-    except LookupError as exc:
-        say(str(exc))
+    specs = _specs(languages, settings)
+    if specs is None:
         return 2
     store = RootfsStore(settings.state_dir / "rootfs")
     dest.mkdir(parents=True, exist_ok=True)

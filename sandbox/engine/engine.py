@@ -47,22 +47,27 @@ class Engine:
         self.on_sandbox_open: Callable[[float], None] | None = None
 
     async def run(self, job: Job) -> JobResult:
-        if job.spec.compile is None or self.compile_cache is None:
-            result, _ = await self._admitted(job, cached=None)
+        async with self._compile_claim(job) as claim:
+            if claim.known_error:
+                return JobResult(compile=_replayed(claim.cached))  # no sandbox needed
+            result, claim.entry = await self._admitted(job, claim.cached, claim.owner)
             return result
+
+    @asynccontextmanager
+    async def _compile_claim(self, job: Job) -> AsyncIterator["_CompileClaim"]:
+        """What the compile cache knows of ``job``'s compile. When this request is the one to
+        compile it (``owner``), the block sets ``entry`` and the cache stores it on exit."""
+        if job.spec.compile is None or self.compile_cache is None:
+            yield _CompileClaim(None, False)
+            return
         key = compile_key(job)
         cached, owner = await self.compile_cache.claim(key)
-        if cached is not None and not cached.step.ok:
-            return JobResult(compile=_replayed(cached))  # a known compile error: no sandbox needed
-        if not owner:
-            result, _ = await self._admitted(job, cached=cached)
-            return result
-        entry = None
+        claim = _CompileClaim(cached, owner)
         try:
-            result, entry = await self._admitted(job, cached=None, want_artifacts=True)
-            return result
+            yield claim
         finally:
-            self.compile_cache.release(key, entry)
+            if owner:
+                self.compile_cache.release(key, claim.entry)
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False
                         ) -> tuple[JobResult, CachedCompile | None]:
@@ -95,33 +100,28 @@ class Engine:
         sandbox and yield it ready to run test after test; ``budget_s`` bounds the session.
 
         The sandbox, its slot and everything in it are gone when the block ends."""
-        cached = owner = None
-        key = None
-        if job.spec.compile is not None and self.compile_cache is not None:
-            key = compile_key(job)
-            cached, owner = await self.compile_cache.claim(key)
-            if cached is not None and not cached.step.ok:
-                yield PreparedProgram(job, _replayed(cached), None, None)
+        async with self._compile_claim(job) as claim:
+            if claim.known_error:
+                yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
-        entry = None
-        try:
-            async with self._slot():
-                asked = time.perf_counter()
-                async with self.backend.open(job.spec.image, job.limits) as box:
-                    if self.on_sandbox_open is not None:
-                        self.on_sandbox_open(time.perf_counter() - asked)
-                    result = JobResult(sandbox_id=box.id[:12])
-                    ok, entry = await self._prepare(box, job, result, cached if not owner else None,
-                                                    want_artifacts=bool(owner))
-                    if not ok:
-                        yield PreparedProgram(job, result.compile, None, result.sandbox_id,
-                                              oom_killed=result.oom_killed)
-                        return
-                    async with box.test_session(budget_s) as session:
-                        yield PreparedProgram(job, result.compile, session, result.sandbox_id)
-        finally:
-            if owner and key is not None:
-                self.compile_cache.release(key, entry)
+            async with self._slot(), self._open(job) as box:
+                result = JobResult(sandbox_id=box.id[:12])
+                ok, claim.entry = await self._prepare(box, job, result, claim.cached, claim.owner)
+                if not ok:
+                    yield PreparedProgram(job, result.compile, None, result.sandbox_id,
+                                          oom_killed=result.oom_killed)
+                    return
+                async with box.test_session(budget_s) as session:
+                    yield PreparedProgram(job, result.compile, session, result.sandbox_id)
+
+    @asynccontextmanager
+    async def _open(self, job: Job):
+        """A fresh sandbox for ``job``, its start time reported to ``on_sandbox_open``."""
+        asked = time.perf_counter()
+        async with self.backend.open(job.spec.image, job.limits) as box:
+            if self.on_sandbox_open is not None:
+                self.on_sandbox_open(time.perf_counter() - asked)
+            yield box
 
     async def probe(self, spec: RuntimeSpec) -> str | None:
         """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
@@ -171,10 +171,7 @@ class Engine:
         entry = None
         limits, spec = job.limits, job.spec
         try:
-            asked = time.perf_counter()
-            async with self.backend.open(spec.image, limits) as box:
-                if self.on_sandbox_open is not None:
-                    self.on_sandbox_open(time.perf_counter() - asked)
+            async with self._open(job) as box:
                 result.sandbox_id = box.id[:12]
                 compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
                 if not compiled:
@@ -218,6 +215,18 @@ class Engine:
             result.run = step
         elif result.run is None and (result.compile is None or result.compile.ok):
             result.run = step
+
+
+@dataclasses.dataclass
+class _CompileClaim:
+    cached: CachedCompile | None   # a compile to replay instead of compiling
+    owner: bool                    # this request compiles, and sets ``entry`` for the cache
+    entry: CachedCompile | None = None
+
+    @property
+    def known_error(self) -> bool:
+        """The cache holds this program's compile error: answer it without a sandbox."""
+        return self.cached is not None and not self.cached.step.ok
 
 
 class PreparedProgram:

@@ -188,9 +188,8 @@ def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
     proxy.stop()
 
 
-def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
-    """The OCI runtime fails (removed, broken upgrade): requests fail fast with SandboxError,
-    and work again by themselves once it is back."""
+def _breakable_crun(tmp_path):
+    """(a crun that fails while the returned file exists, that file). Skips without oci."""
     if _oci_problem():
         pytest.skip(_oci_problem())
     real = shutil.which("crun")
@@ -202,6 +201,13 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
     wrapper.write_text(f'#!/bin/sh\nif [ -e {broken} ]; then echo "crun: unavailable" >&2; exit 1; fi\n'
                        f'exec {real} "$@"\n')
     wrapper.chmod(0o755)
+    return wrapper, broken
+
+
+def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
+    """The OCI runtime fails (removed, broken upgrade): requests fail fast with SandboxError,
+    and work again by themselves once it is back."""
+    wrapper, broken = _breakable_crun(tmp_path)
     with running_server(tmp_path, backend="oci", oci_runtime=str(wrapper)) as url:
         def post(code):
             return requests.post(f"{url}/run_code", timeout=60,
@@ -219,18 +225,8 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
 
 def test_readyz_says_so_while_the_oci_backend_cannot_run_programs(docker_ready, tmp_path):
     """A server whose backend fails its start-up check is not ready until the check passes."""
-    if _oci_problem():
-        pytest.skip(_oci_problem())
-    real = shutil.which("crun")
-    if real is None:
-        pytest.skip("crun is not installed")
-    broken = tmp_path / "broken"
+    wrapper, broken = _breakable_crun(tmp_path)
     broken.touch()
-    wrapper = tmp_path / "bin" / "crun"
-    wrapper.parent.mkdir()
-    wrapper.write_text(f'#!/bin/sh\nif [ -e {broken} ]; then echo "crun: unavailable" >&2; exit 1; fi\n'
-                       f'exec {real} "$@"\n')
-    wrapper.chmod(0o755)
     with running_server(tmp_path, backend="oci", oci_runtime=str(wrapper)) as url:
         answer = requests.get(f"{url}/readyz", timeout=30)
         assert answer.status_code == 503
