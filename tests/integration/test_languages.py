@@ -165,10 +165,13 @@ def test_sql_database_file(run, tmp_path):
 
 
 def test_sql_first_error_stops_the_script(run):
-    result = run("SELECT 1;\nSELECT nope FROM nowhere;\nSELECT 2;", "sql")
+    setup = "CREATE TABLE t(a);\nINSERT INTO t VALUES (1);\n"
+    result = run("SELECT a FROM t;\nSELECT nope FROM nowhere;\nSELECT 2;", "sql", stdin=setup)
     assert result["status"] == "Failed"
     assert result["run_result"]["stdout"] == "1\n"
-    assert "no such" in result["run_result"]["stderr"]
+    stderr = result["run_result"]["stderr"]
+    # The error cites the line of the program itself, not of setup and program run together.
+    assert "no such table: nowhere" in stderr and "line 2" in stderr, stderr
 
 
 def test_sql_setup_error_fails_the_run(run):
