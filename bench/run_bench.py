@@ -3,7 +3,14 @@
 Targets (any number, measured one after another under the same load):
   url:http://127.0.0.1:8080       any SandboxFusion-compatible /run_code server (this one or another)
   docker-run                      the naive path: `docker run --rm` of the language image per program
-  bare                            the floor: the toolchain as a bare host process, no isolation
+  bare                            the floor: the host's toolchain as a bare process, no isolation
+  bare-image                      the same floor with the image's own toolchain (the very compiler and
+                                  interpreter the sandbox runs): a bare process chrooted into the
+                                  image's unpacked root, no namespaces, no cgroups, no limits (root)
+  crun-minimal                    the cheapest container crun makes for the image's toolchain (mount
+                                  and PID namespaces, read-only root, the work folder bind-mounted; no
+                                  limits, no seccomp, no network namespace): what any design that
+                                  starts a container per program pays at least (root)
 
 Workloads (--workloads), per language (--languages):
   hello     the same hello-world program every time
@@ -22,6 +29,12 @@ bench/results/<stamp>.json and, with matplotlib, a PNG.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import ctypes
+import functools
+import http.client
+import itertools
 import json
 import os
 import shutil
@@ -29,16 +42,17 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
 import psutil
-import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sandbox.config import REPO_ROOT  # noqa: E402
+from sandbox.engine.backends.oci import RootfsStore, leave_hybrid_cgroups  # noqa: E402
 from sandbox.runtimes import RuntimeRegistry  # noqa: E402
 
 HELLO = {
@@ -78,13 +92,38 @@ def make_case(workload: str, language: str) -> tuple[str, str, str]:
     return code, "", "hello\n"
 
 
+_connections = threading.local()
+
+
+def _post(url: str, path: str, body: bytes) -> tuple[int, dict, bytes]:
+    """POST over this thread's keep-alive connection (one reconnect if the server closed it):
+    a lean client, so that the client's own cost stays out of the server's figures."""
+    parsed = http.client.urlsplit(url)
+    for attempt in (0, 1):
+        conn = getattr(_connections, parsed.netloc, None)
+        if conn is None:
+            conn = http.client.HTTPConnection(parsed.hostname, parsed.port or 80, timeout=120)
+            setattr(_connections, parsed.netloc, conn)
+        try:
+            conn.request("POST", parsed.path.rstrip("/") + path, body,
+                         {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, dict(response.getheaders()), response.read()
+        except (http.client.HTTPException, OSError):
+            conn.close()
+            setattr(_connections, parsed.netloc, None)
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
 def run_url(url: str, language: str, code: str, stdin: str, expected: str) -> tuple[bool, float | None]:
     body = {"code": code, "language": language, "compile_timeout": 30, "run_timeout": 30,
             "memory_limit_MB": 1024, "stdin": stdin or None, "files": {}, "fetch_files": []}
-    response = requests.post(f"{url.rstrip('/')}/run_code", json=body, timeout=120)
-    result = response.json()
+    _, headers, data = _post(url, "/run_code", json.dumps(body).encode())
+    result = json.loads(data)
     engine_ms = None
-    for part in response.headers.get("Server-Timing", "").split(","):
+    for part in headers.get("Server-Timing", headers.get("server-timing", "")).split(","):
         name, _, value = part.strip().partition(";dur=")
         if name == "engine" and value:
             engine_ms = float(value)
@@ -156,6 +195,138 @@ def run_bare(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
         return out.stdout.decode(errors="replace") == expected, None
 
 
+SANDBOX_UID = 65534
+CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 0x00020000, 0x1000, 0x4000, 1 << 18, 2
+_libc = ctypes.CDLL(None, use_errno=True)
+_workdirs = itertools.count()
+
+
+@functools.cache
+def _image_root(image: str) -> tuple[Path, dict[str, str]]:
+    """The image's unpacked root filesystem (as the oci backend uses it) and its environment."""
+    store = RootfsStore(Path(os.environ.get("SANDBOX_STATE_DIR", "/var/lib/llm-sandbox")) / "rootfs")
+    rootfs, env = store.prepare(image)
+    return rootfs, dict(item.split("=", 1) for item in env)
+
+
+def _inside(env: dict[str, str], folder: str) -> dict[str, str]:
+    """The image's environment with paths under /tmp (e.g. GOCACHE) moved into ``folder``, so
+    no cache survives from one program to the next (the sandbox's /tmp is fresh every time)."""
+    moved = {k: folder + v[4:] if v == "/tmp" or v.startswith("/tmp/") else v for k, v in env.items()}
+    return {**moved, "HOME": folder, "TMPDIR": folder}
+
+
+def _new_case_folder(spec, host_folder: Path, code: str) -> None:
+    host_folder.mkdir(mode=0o700)
+    (host_folder / spec.source).write_text(code)
+    for path in (host_folder, host_folder / spec.source):
+        os.chown(path, SANDBOX_UID, SANDBOX_UID)
+
+
+FLOOR_VIEWS = Path("/run/bench-floor")
+
+
+def enter_private_mount_namespace() -> None:
+    """Give this process its own mount namespace (before any thread starts): crun refuses a
+    host that mixes cgroup v1 and v2, and the bare-image floor's views of the image roots
+    (below) must not show on the host. Everything mounted here vanishes with the process."""
+    if leave_hybrid_cgroups():  # unshared, and the cgroup v2 mount left behind
+        return
+    if _libc.unshare(CLONE_NEWNS) or _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None):
+        raise SystemExit("cannot make a private mount namespace (run as root)")
+
+
+def _bind(source: Path, target: Path) -> None:
+    if _libc.mount(bytes(source), bytes(target), None, MS_BIND | MS_REC, None):
+        raise OSError(ctypes.get_errno(), f"cannot bind {source} on {target}")
+
+
+@functools.cache
+def _floor_view(image: str) -> tuple[Path, dict[str, str]]:
+    """A view of the image's root with the host's /proc and /dev in it (runtimes need
+    /proc/self and /dev/stdin), made once per image in this process's mount namespace; the
+    shared root itself is untouched."""
+    rootfs, env = _image_root(image)
+    view = FLOOR_VIEWS / f"{os.getpid()}-{image.replace('/', '_').replace(':', '_')}"
+    view.mkdir(parents=True, exist_ok=True)
+    atexit.register(_remove_view, view)
+    _bind(rootfs, view)
+    for place in ("proc", "dev"):
+        _bind(Path("/") / place, view / place)
+    return view, env
+
+
+def _remove_view(view: Path) -> None:
+    _libc.umount2(bytes(view), MNT_DETACH)
+    with contextlib.suppress(OSError):
+        view.rmdir()
+        FLOOR_VIEWS.rmdir()
+
+
+def run_bare_image(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
+    """The floor with the sandbox's own toolchain: the runtime spec's compile and run commands as
+    bare processes chrooted into the image's root (as uid 65534), in a fresh folder of its /tmp."""
+    root, env = _floor_view(spec.image)
+    name = f"bench-floor-{os.getpid()}-{next(_workdirs)}"
+    folder = f"/tmp/{name}"
+    host_folder = root / "tmp" / name
+    _new_case_folder(spec, host_folder, code)
+    env = _inside(env, folder)
+
+    def enter() -> None:  # argv[0] is looked up along env's PATH after this, inside the root
+        os.chroot(root)
+        os.chdir(folder)
+        for fd in (0, 1, 2):  # as OCI runtimes do, so the program can reopen /dev/stdin
+            os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
+        os.setgroups([])
+        os.setgid(SANDBOX_UID)
+        os.setuid(SANDBOX_UID)
+
+    try:
+        if spec.compile and subprocess.run(spec.compile, env=env, preexec_fn=enter,
+                                           capture_output=True).returncode:
+            return False, None
+        out = subprocess.run(spec.run, env=env, preexec_fn=enter, input=stdin.encode(),
+                             capture_output=True)
+        return out.stdout.decode(errors="replace") == expected, None
+    finally:
+        shutil.rmtree(host_folder, ignore_errors=True)
+
+
+_crun_root = Path("/run/bench-crun-minimal")
+
+
+def run_crun_minimal(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
+    """The cheapest container for the program: one ``crun run`` (compile and run in it by a
+    shell) with only mount and PID namespaces, the image's root read-only and the work folder
+    bind-mounted; no cgroup limits, no seccomp, no masked paths, no network namespace."""
+    rootfs, env = _image_root(spec.image)
+    bundle = _crun_root / f"{os.getpid()}-{next(_workdirs)}"
+    bundle.mkdir(parents=True)
+    work = bundle / "work"
+    _new_case_folder(spec, work, code)
+    steps = [spec.compile, spec.run] if spec.compile else [spec.run]
+    script = " && ".join(" ".join(argv) for argv in steps)
+    config = {
+        "ociVersion": "1.0.2",
+        "process": {"user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID}, "cwd": "/sandbox",
+                    "args": ["/bin/sh", "-c", script],
+                    "env": [f"{k}={v}" for k, v in _inside(env, "/sandbox").items()]},
+        "root": {"path": str(rootfs), "readonly": True},
+        "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                   {"destination": "/sandbox", "type": "bind", "source": str(work),
+                    "options": ["rbind", "rw"]}],
+        "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]},
+    }
+    (bundle / "config.json").write_text(json.dumps(config))
+    try:
+        out = subprocess.run(["crun", "--root", str(_crun_root / ".state"), "run", "--bundle",
+                              str(bundle), bundle.name], input=stdin.encode(), capture_output=True)
+        return out.stdout.decode(errors="replace") == expected, None
+    finally:
+        shutil.rmtree(bundle, ignore_errors=True)
+
+
 def machine_cpu_seconds() -> float:
     t = psutil.cpu_times()
     return t.user + t.system + getattr(t, "nice", 0.0)
@@ -206,6 +377,11 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/<time>.json)")
     args = parser.parse_args()
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    if {"bare-image", "crun-minimal"} & set(args.targets) and os.geteuid() != 0:
+        parser.error("the bare-image and crun-minimal targets need root (chroot, crun)")
+    if {"bare-image", "crun-minimal"} & set(args.targets):
+        enter_private_mount_namespace()
+        atexit.register(shutil.rmtree, _crun_root, ignore_errors=True)
     levels = [int(c) for c in args.concurrency.split(",")]
 
     rows = []
@@ -222,6 +398,10 @@ def main() -> int:
                         print(f"skip bare {language}: toolchain not on this host", file=sys.stderr)
                         continue
                     fn = partial(run_bare, spec)
+                elif target == "bare-image":
+                    fn = partial(run_bare_image, spec)
+                elif target == "crun-minimal":
+                    fn = partial(run_crun_minimal, spec)
                 else:
                     parser.error(f"unknown target {target}")
                 for level in levels:
