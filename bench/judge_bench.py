@@ -1,7 +1,7 @@
 """Test-case evaluation: verl's one-/run_code-per-test path against one /v1/evaluate per
 program, on the same server(s), in one run, with the verdicts compared.
 
-Workload, per language (--languages, default cpp java python): --problems distinct programs
+Workload, per language (--languages: cpp java python sql; default cpp java python): --problems distinct programs
 (a different constant in each, so no two share a compile), each with --tests test cases.
 Some programs are wrong on some tests (wrong answer), one problem per language has a test
 that loops forever (time limit at --timeout), and one crashes on a test (runtime error).
@@ -85,9 +85,16 @@ public class Main {{
   }}
 }}
 """,
+    # SQL's stdin is its setup script: the numbers arrive as a table (see make_problem).
+    "sql": """SELECT abs(-9223372036854775807 - 1) WHERE {crash} AND (SELECT x FROM nums WHERE rowid = 1) = 6666;
+WITH RECURSIVE spin(i) AS (SELECT 1 UNION ALL
+  SELECT i + 1 FROM spin WHERE {hang} AND (SELECT x FROM nums WHERE rowid = 1) = 7777)
+SELECT i FROM spin WHERE i < 0;
+SELECT s + ({wrong} AND s % 2 != 0) FROM (SELECT SUM(x) + {k} AS s FROM nums);
+""",
 }
-TRUE = {"python": "True", "cpp": "1", "java": "true"}
-FALSE = {"python": "False", "cpp": "0", "java": "false"}
+TRUE = {"python": "True", "cpp": "1", "java": "true", "sql": "1"}
+FALSE = {"python": "False", "cpp": "0", "java": "false", "sql": "0"}
 
 
 def make_problem(language: str, index: int, tests: int, seed: int) -> dict:
@@ -108,6 +115,8 @@ def make_problem(language: str, index: int, tests: int, seed: int) -> dict:
         if crash and t == 1:
             nums[0] = 6666
         stdin = f"{len(nums)}\n{' '.join(map(str, nums))}\n"
+        if language == "sql":
+            stdin = f"CREATE TABLE nums(x INTEGER); INSERT INTO nums VALUES ({'), ('.join(map(str, nums))});"
         cases.append((stdin, str(sum(nums) + k)))
     return {"language": language, "code": code, "cases": cases}
 
