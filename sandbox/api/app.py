@@ -44,7 +44,8 @@ class Services:
         self.backend_problem: str | None = None
 
 
-def _services(request: Request) -> Services:
+async def _services(request: Request) -> Services:
+    # async: FastAPI runs a plain-def dependency in its thread pool, a thread hop per request.
     return request.app.state.services
 
 

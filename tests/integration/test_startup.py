@@ -83,3 +83,51 @@ def test_export_containers_left_by_a_killed_server_are_removed(docker_ready, tmp
             client.api.remove_container(left["Id"], force=True)
         except docker.errors.NotFound:
             pass
+
+
+@pytest.mark.parametrize("run_dir_on_tmpfs", [False, True])
+def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, tmp_path,
+                                                                 run_dir_on_tmpfs):
+    """On a disk filesystem a job's bundle (step folders, config.json) gets a small tmpfs of
+    its own; on a tmpfs it needs none. Either way nothing is left once the job is done, and a
+    crashed server's nested mounts are swept at start-up."""
+    import asyncio
+    import subprocess
+
+    from sandbox.engine.backends.oci import _mount_tmpfs
+    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
+    from sandbox.engine.models import Limits
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    if run_dir_on_tmpfs:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(run_dir)], check=True)
+    instance = f"bundle-{uuid.uuid4().hex[:8]}"
+    try:
+        try:
+            backend = choose_backend(Settings(instance=instance, backend="oci", run_dir=run_dir))
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+        limits = Limits(compile_timeout_s=10, run_timeout_s=10, memory_mb=256, cpus=1.0, pids=64,
+                        workdir_mb=16, output_bytes=1 << 16, fetch_bytes=0)
+
+        async def job() -> None:
+            await backend.remove_leftovers()
+            async with backend.open("sandbox-python:1", limits) as box:
+                assert box.bundle_dir.is_mount() is not run_dir_on_tmpfs
+                assert box.workdir.is_mount()
+                result = await box.execute(["python3", "-c", "print(6*7)"], b"", 10, 1 << 16)
+                assert result.stdout == b"42\n"
+            assert not list(backend.run_dir.iterdir())
+
+        asyncio.run(job())
+        stale = backend.run_dir / "deadbeef0000"
+        stale.mkdir()
+        _mount_tmpfs(stale, "size=1m")
+        (stale / "work").mkdir()
+        _mount_tmpfs(stale / "work", "size=1m")
+        asyncio.run(backend.remove_leftovers())
+        assert not stale.exists()
+    finally:
+        if run_dir_on_tmpfs:
+            subprocess.run(["umount", "-l", str(run_dir)], check=False)

@@ -49,6 +49,7 @@ log = logging.getLogger(__name__)
 INIT = "/usr/local/bin/sandbox-init"
 MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
+BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB each)
 BACKSTOP_GRACE_S = 3.0
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -71,6 +72,22 @@ def _mount_tmpfs(target: Path, options: str) -> None:
 
 def _umount(target: Path) -> None:
     _libc.umount2(str(target).encode(), MNT_DETACH)
+
+
+def _umount_bundle(bundle_dir: Path) -> None:
+    """Unmount a job's work directory, then its bundle's tmpfs if it has one (else a no-op)."""
+    _umount(bundle_dir / "work")
+    _umount(bundle_dir)
+
+
+TMPFS_MAGIC = 0x01021994
+
+
+def _on_tmpfs(path: Path) -> bool:
+    buf = ctypes.create_string_buffer(128)  # struct statfs; f_type is its first field
+    if _libc.statfs(str(path).encode(), buf) != 0:
+        return False
+    return ctypes.c_long.from_buffer(buf).value == TMPFS_MAGIC
 
 
 def _swap_accounting() -> bool:
@@ -578,6 +595,9 @@ class OciBackend:
         self.unshare_path = shutil.which("unshare") or "/usr/bin/unshare"
         self.hybrid_workaround = Path(runtime).name == "crun" and hybrid_cgroups()
         self.cgroup_parent = f"llm-sandbox-{instance}"
+        # Whether bundles get a tmpfs of their own (run_dir on a disk filesystem); known at
+        # the first sandbox, once run_dir exists.
+        self.bundle_tmpfs: bool | None = None
         self.rootfs = RootfsStore(state_dir / "rootfs", prebuilt=rootfs_dir)
         self.swap_accounting = _swap_accounting()
         # crun can load a filter compiled once; runc compiles linux.seccomp at every start.
@@ -610,15 +630,25 @@ class OciBackend:
         box = OciSandbox(self, job_id, rootfs, env, limits)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
         try:
-            box.workdir.mkdir(parents=True)
+            box.bundle_dir.mkdir(parents=True)
+            if self.bundle_tmpfs is None:
+                self.bundle_tmpfs = not _on_tmpfs(self.run_dir)
+            if self.bundle_tmpfs:
+                # The step folders and config.json in a small tmpfs of their own: on a disk
+                # filesystem each inode made and removed per request costs more than the mount.
+                _mount_tmpfs(box.bundle_dir, f"size={BUNDLE_TMPFS_KB}k,mode=0755")
+            box.workdir.mkdir()
             _mount_tmpfs(box.workdir, f"size={size_mb}m,mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}")
         except OSError as exc:
+            _umount_bundle(box.bundle_dir)
             shutil.rmtree(box.bundle_dir, ignore_errors=True)
             raise SandboxUnavailable(f"cannot make a work directory (the OCI backend needs root): {exc}") from exc
         try:
             yield box
         finally:
             _umount(box.workdir)
+            if self.bundle_tmpfs:
+                _umount(box.bundle_dir)
             shutil.rmtree(box.bundle_dir, ignore_errors=True)
 
     def _remove_leftovers(self) -> int:
@@ -630,7 +660,7 @@ class OciBackend:
                 removed += 1
         if self.run_dir.is_dir():
             for job in self.run_dir.iterdir():
-                _umount(job / "work")
+                _umount_bundle(job)
                 shutil.rmtree(job, ignore_errors=True)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         return removed + self.rootfs.remove_stale_exports()
