@@ -51,6 +51,7 @@ MS_NOSUID, MS_NODEV = 2, 4
 MNT_DETACH = 2
 BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB each)
 BACKSTOP_GRACE_S = 3.0
+EXIT_WAIT_S = 10.0  # for a runtime process to go once its container is killed
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -435,7 +436,7 @@ class OciSandbox:
             if proc.returncode is None:
                 await self._backend.kill(name)
                 proc.kill()
-                await proc.wait()
+                await _wait_exit(proc, self._backend.runtime)
 
     @asynccontextmanager
     async def test_session(self, budget_s: float) -> AsyncIterator["OciTestSession"]:
@@ -465,7 +466,7 @@ class OciSandbox:
             except asyncio.TimeoutError:
                 await self._backend.kill(name)
                 proc.kill()
-                await proc.wait()
+                await _wait_exit(proc, self._backend.runtime)
             await asyncio.wait(drains, timeout=2.0)
             for task in drains:
                 task.cancel()
@@ -518,6 +519,11 @@ class OciSandbox:
             if line:
                 # init waits for us: read the cgroup before it (and its cgroup) goes away.
                 self._facts = cgroup_memory_facts(cgroups_path)
+            if not status_task.done():
+                # Its reader must be off the event loop before the socket closes: the loop
+                # would otherwise keep watching (and later drop) a number reused by others.
+                status_task.cancel()
+                await asyncio.wait({status_task})
             status_sock.close()  # lets init exit
             if flooded.is_set() or not done:
                 timed_out = not done
@@ -527,12 +533,14 @@ class OciSandbox:
                 await asyncio.wait_for(proc.wait(), timeout=remaining)
             except asyncio.TimeoutError:
                 await self._backend.kill(name)
-                await proc.wait()
+                await _wait_exit(proc, self._backend.runtime)
             # The pipes close once every process of the container is gone.
             await asyncio.wait(drains, timeout=2.0)
         finally:
-            for task in (feeder, *drains, status_task, flood_task):
+            tasks = {feeder, *drains, status_task, flood_task}
+            for task in tasks:
                 task.cancel()
+            await asyncio.wait(tasks)  # none may still watch the socket execute() closes next
         wall = time.monotonic() - started
         if timed_out:
             return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
@@ -572,6 +580,16 @@ class OciTestSession:
         if before is not None and after.oom_kills is not None:
             result.oom_killed = after.oom_kills > before
         return result
+
+
+async def _wait_exit(proc, runtime: str) -> None:
+    """Wait for a killed runtime process, but not forever: should its exit never be reported,
+    the request ends with a SandboxError instead of hanging."""
+    try:
+        await asyncio.wait_for(proc.wait(), EXIT_WAIT_S)
+    except asyncio.TimeoutError:
+        raise BackendError(f"{runtime} did not exit {EXIT_WAIT_S:g} s after its container was "
+                           f"killed") from None
 
 
 def _parse_status(line: str) -> int | None:
