@@ -144,7 +144,14 @@ def running_server(log_dir: Path, instance: str | None = None, extra_env: dict |
         yield url
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # uvicorn waits for requests in flight: one that never ends keeps it alive.
+            proc.kill()
+            proc.wait()
+            raise AssertionError(f"server {instance} still had requests in flight 30 s after "
+                                 f"SIGTERM") from None
     assert_nothing_left(instance)
 
 
