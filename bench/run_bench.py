@@ -10,7 +10,7 @@ Targets (any number, measured one after another under the same load):
                                   It forks this Python process to chroot (~2 ms more than `bare`'s
                                   vfork): read it for compilers, not for 2 ms programs
   crun-minimal                    the cheapest container crun makes for the image's toolchain (mount
-                                  and PID namespaces, read-only root, the work folder bind-mounted; no
+                                  and PID namespaces, read-only root, /proc, /dev, the work folder; no
                                   limits, no seccomp, no network namespace): what any design that
                                   starts a container per program pays at least (root)
 As root, every floor's work folders are on a tmpfs, as the sandbox's are.
@@ -305,8 +305,9 @@ def run_bare_image(spec, code: str, stdin: str, expected: str) -> tuple[bool, No
 
 def run_crun_minimal(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
     """The cheapest container for the program: one ``crun run`` (compile and run in it by a
-    shell) with only mount and PID namespaces, the image's root read-only and the work folder
-    bind-mounted; no cgroup limits, no seccomp, no masked paths, no network namespace."""
+    shell) with only mount and PID namespaces, the image's root read-only, /proc, a /dev
+    tmpfs and the work folder bind-mounted; no cgroup limits, no seccomp, no masked paths,
+    no network namespace."""
     rootfs, env = _image_root(spec.image)
     bundle = FLOOR / "crun" / str(next(_workdirs))
     bundle.mkdir(parents=True)
@@ -320,7 +321,10 @@ def run_crun_minimal(spec, code: str, stdin: str, expected: str) -> tuple[bool, 
                     "args": ["/bin/sh", "-c", script],
                     "env": [f"{k}={v}" for k, v in _inside(env, "/sandbox").items()]},
         "root": {"path": str(rootfs), "readonly": True},
+        # /dev a tmpfs of its own: crun fills it (null, zero, ptmx, ...), never the shared root.
         "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                   {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+                    "options": ["nosuid", "mode=755", "size=1m"]},
                    {"destination": "/sandbox", "type": "bind", "source": str(work),
                     "options": ["rbind", "rw"]}],
         "linux": {"namespaces": [{"type": "pid"}, {"type": "mount"}]},
