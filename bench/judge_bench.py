@@ -289,7 +289,7 @@ def main() -> int:
     print()
     print(f"{args.tests} tests per program, {args.concurrency} client threads; machine CPU per test "
           f"includes server, container runtime and programs")
-    print(f"| server | language | programs x tests | timeout | per-test tests/s | evaluate tests/s | speedup | CPU ms/test per-test | CPU ms/test evaluate | verdicts agree |")
+    print("| server | language | programs x tests | timeout | per-test tests/s | evaluate tests/s | speedup | CPU ms/test per-test | CPU ms/test evaluate | verdicts agree |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['server']} | {r['language']} | {r['problems']} x {r['tests']} | {r['timeout_s']:g} s | "
