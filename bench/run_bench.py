@@ -54,7 +54,9 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sandbox.config import REPO_ROOT  # noqa: E402
-from sandbox.engine.backends.oci import RootfsStore, leave_hybrid_cgroups  # noqa: E402
+from sandbox.engine.backends.base import SANDBOX_UID  # noqa: E402
+from sandbox.engine.backends.oci import (CLONE_NEWNS, MS_PRIVATE, MS_REC, RootfsStore,  # noqa: E402
+                                         _mount_tmpfs, _umount, leave_hybrid_cgroups)
 from sandbox.runtimes import RuntimeRegistry  # noqa: E402
 
 HELLO = {
@@ -197,8 +199,7 @@ def run_bare(spec, code: str, stdin: str, expected: str) -> tuple[bool, None]:
         return out.stdout.decode(errors="replace") == expected, None
 
 
-SANDBOX_UID = 65534
-CLONE_NEWNS, MS_BIND, MS_REC, MS_PRIVATE, MNT_DETACH = 0x00020000, 0x1000, 0x4000, 1 << 18, 2
+MS_BIND = 0x1000
 _libc = ctypes.CDLL(None, use_errno=True)
 _workdirs = itertools.count()
 
@@ -226,6 +227,7 @@ def _new_case_folder(spec, host_folder: Path, code: str) -> None:
 
 
 FLOOR = Path(f"/run/bench-floor-{os.getpid()}")
+FLOOR_TMPFS = "size=4g,mode=0755"
 _floor_tmp: Path | None = None  # a tmpfs for the floors' work folders (the sandbox uses one too)
 
 
@@ -241,15 +243,10 @@ def prepare_floors() -> None:
             raise SystemExit("cannot make a private mount namespace")
     FLOOR.mkdir()
     atexit.register(FLOOR.rmdir)
-    _mount_tmpfs(FLOOR)
-    atexit.register(_libc.umount2, bytes(FLOOR), MNT_DETACH)
+    _mount_tmpfs(FLOOR, FLOOR_TMPFS)
+    atexit.register(_umount, FLOOR)
     _floor_tmp = FLOOR / "tmp"
     _floor_tmp.mkdir()
-
-
-def _mount_tmpfs(target: Path) -> None:
-    if _libc.mount(b"tmpfs", bytes(target), b"tmpfs", 0, b"size=4g,mode=0755"):
-        raise OSError(ctypes.get_errno(), f"cannot mount a tmpfs on {target}")
 
 
 def _bind(source: Path, target: Path) -> None:
@@ -268,8 +265,7 @@ def _floor_view(image: str) -> tuple[Path, dict[str, str]]:
     _bind(rootfs, view)
     for place in ("proc", "dev"):
         _bind(Path("/") / place, view / place)
-    _mount_tmpfs(view / "tmp")
-    os.chmod(view / "tmp", 0o1777)
+    _mount_tmpfs(view / "tmp", "size=4g,mode=1777")
     return view, env
 
 
@@ -313,12 +309,10 @@ def run_crun_minimal(spec, code: str, stdin: str, expected: str) -> tuple[bool, 
     bundle.mkdir(parents=True)
     work = bundle / "work"
     _new_case_folder(spec, work, code)
-    steps = [spec.compile, spec.run] if spec.compile else [spec.run]
-    script = " && ".join(" ".join(argv) for argv in steps)
     config = {
         "ociVersion": "1.0.2",
         "process": {"user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID}, "cwd": "/sandbox",
-                    "args": ["/bin/sh", "-c", script],
+                    "args": ["/bin/sh", "-c", _shell_for(spec)],
                     "env": [f"{k}={v}" for k, v in _inside(env, "/sandbox").items()]},
         "root": {"path": str(rootfs), "readonly": True},
         # /dev a tmpfs of its own: crun fills it (null, zero, ptmx, ...), never the shared root.
