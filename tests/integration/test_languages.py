@@ -54,6 +54,9 @@ def test_runtime_error(run, language):
     assert result["run_result"]["stdout"] == "before\n"
     if language == "cpp":
         assert result["run_result"]["return_code"] == -6  # SIGABRT, reported as Python does
+    if language == "go":  # linked with -s -w, yet the trace still names function and line
+        assert "main.main()" in result["run_result"]["stderr"]
+        assert "main.go:3" in result["run_result"]["stderr"]
 
 
 @pytest.mark.parametrize("language", sorted(COMPILED))
@@ -139,6 +142,15 @@ def test_java_assertions_are_enabled(run):
     result = run(code, "java")
     assert result["status"] == "Failed"
     assert "AssertionError" in result["run_result"]["stderr"]
+
+
+def test_nodejs_runs_commonjs_and_es_modules(run):
+    common = "const { readFileSync } = require('fs'); console.log(readFileSync(0, 'utf8').trim());"
+    module = "import { readFileSync } from 'node:fs';\nconsole.log(readFileSync(0, 'utf8').trim());"
+    for code in (common, module):
+        result = run(code, "nodejs", stdin="same\n")
+        assert_ran(result, "same\n")
+        assert result["run_result"]["stderr"] == ""  # no warning about the module type
 
 
 def test_python_scientific_packages(run):
