@@ -39,6 +39,7 @@ import http.client
 import itertools
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -136,10 +137,9 @@ def run_url(url: str, language: str, code: str, stdin: str, expected: str) -> tu
 
 
 def _shell_for(spec) -> str:
-    steps = []
-    if spec.compile:
-        steps.append(" ".join(spec.compile))
-    steps.append(" ".join(spec.run))
+    """The spec's compile and run argv as one shell command (quoted: Go's -ldflags has a space)."""
+    steps = [shlex.join(spec.compile)] if spec.compile else []
+    steps.append(shlex.join(spec.run))
     return " && ".join(steps)
 
 
