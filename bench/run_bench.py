@@ -372,6 +372,47 @@ def measure(fn, workload: str, language: str, requests_n: int, concurrency: int)
     }
 
 
+def plot(rows: list[dict], png: Path) -> int:
+    """Small multiples: one column per workload and language, throughput above, p50 latency
+    below (each panel on its own scale), one colour per target throughout."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
+    except ImportError:
+        print("(install matplotlib for a PNG chart)")
+        return 0
+    panels = list(dict.fromkeys((r["workload"], r["language"]) for r in rows))
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    colour = {target: f"C{i}" for i, target in enumerate(targets)}
+    fig, axes = plt.subplots(2, len(panels), figsize=(max(6.5, 2.4 * len(panels)), 5.6),
+                             squeeze=False)
+    for column, (workload, language) in enumerate(panels):
+        top, bottom = axes[0][column], axes[1][column]
+        for target in targets:
+            cells = [r for r in rows if (r["target"], r["workload"], r["language"]) == (target, workload, language)]
+            if cells:
+                levels = [c["concurrency"] for c in cells]
+                top.plot(levels, [c["throughput_rps"] for c in cells], marker="o", color=colour[target])
+                bottom.plot(levels, [c["p50_ms"] for c in cells], marker="o", color=colour[target])
+        top.set_title(f"{language}, {workload}", fontsize=10)
+        levels = sorted({r["concurrency"] for r in rows})
+        for axis in (top, bottom):
+            axis.set_ylim(bottom=0)
+            axis.set_xticks(levels)
+        bottom.set_xlabel("concurrency")
+    axes[0][0].set_ylabel("requests/s")
+    axes[1][0].set_ylabel("p50 latency (ms)")
+    fig.legend([Line2D([], [], color=colour[t], marker="o") for t in targets], targets,
+               loc="upper center", ncol=min(len(targets), 4), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.88 if len(targets) > 4 else 0.92))
+    fig.savefig(png, dpi=110)
+    print(f"PNG: {png}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", nargs="+", default=["url:http://127.0.0.1:8080", "docker-run", "bare"])
@@ -380,7 +421,10 @@ def main() -> int:
     parser.add_argument("--concurrency", default="1,4,8")
     parser.add_argument("--requests", type=int, default=40, help="requests per cell")
     parser.add_argument("--out", default=None, help="JSON path (default bench/results/<time>.json)")
+    parser.add_argument("--replot", metavar="JSON", help="only redraw the PNG of an earlier run's JSON")
     args = parser.parse_args()
+    if args.replot:
+        return plot(json.loads(Path(args.replot).read_text())["rows"], Path(args.replot).with_suffix(".png"))
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
     if {"bare-image", "crun-minimal"} & set(args.targets) and os.geteuid() != 0:
         parser.error("the bare-image and crun-minimal targets need root (chroot, crun)")
@@ -431,28 +475,7 @@ def main() -> int:
     meta = {"cpus": os.cpu_count(), "requests_per_cell": args.requests, "time": time.time()}
     out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"\nJSON: {out}")
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(install matplotlib for a PNG chart)")
-        return 0
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for key in dict.fromkeys((r["target"], r["workload"], r["language"]) for r in rows):
-        cells = [r for r in rows if (r["target"], r["workload"], r["language"]) == key]
-        label = " ".join(key)
-        axes[0].plot([c["concurrency"] for c in cells], [c["p50_ms"] for c in cells], marker="o", label=label)
-        axes[1].plot([c["concurrency"] for c in cells], [c["throughput_rps"] for c in cells], marker="o", label=label)
-    axes[0].set(xlabel="concurrency", ylabel="p50 latency (ms)", yscale="log", title="latency")
-    axes[1].set(xlabel="concurrency", ylabel="requests/s", title="throughput")
-    axes[1].legend(fontsize=7)
-    fig.tight_layout()
-    png = out.with_suffix(".png")
-    fig.savefig(png, dpi=110)
-    print(f"PNG: {png}")
-    return 0
+    return plot(rows, out.with_suffix(".png"))
 
 
 if __name__ == "__main__":
