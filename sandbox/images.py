@@ -8,6 +8,7 @@ through the real engine before it counts as built.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import io
 import shutil
 import subprocess
@@ -107,16 +108,41 @@ def toolchain_version(client: docker.DockerClient, spec: RuntimeSpec) -> str:
     return first_line[:64]
 
 
+def context_digest(folder: Path, base_id: str) -> str:
+    """What a language image is made of: its build folder's files (names, modes, contents) and
+    the base image it starts from."""
+    digest = hashlib.sha256(base_id.encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest.update(b"\0%s\0%o\0" % (path.relative_to(folder).as_posix().encode(),
+                                        path.stat().st_mode & 0o7777))
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _labels(api: docker.APIClient, image: str) -> dict[str, str]:
+    try:
+        return api.inspect_image(image)["Config"]["Labels"] or {}
+    except docker.errors.ImageNotFound:
+        return {}
+
+
 def build_runtime(client: docker.DockerClient, spec: RuntimeSpec) -> str:
     api = client.api
-    _build(api, spec.image, spec.language, path=str(REPO_ROOT / spec.dockerfile),
-           buildargs={"BASE": BASE_IMAGE})
+    folder = REPO_ROOT / spec.dockerfile
+    context = context_digest(folder, api.inspect_image(BASE_IMAGE)["Id"])
+    labels = _labels(api, spec.image)
+    if labels.get(f"{LABEL_PREFIX}.context") == context and f"{LABEL_PREFIX}.toolchain" in labels:
+        # Not even a cached rebuild: a Dockerfile's ADD of a URL downloads at every build.
+        say(f"[{spec.language}] {spec.image} is up to date (same build files, same base image)")
+        return labels[f"{LABEL_PREFIX}.toolchain"]
+    _build(api, spec.image, spec.language, path=str(folder), buildargs={"BASE": BASE_IMAGE})
     version = toolchain_version(client, spec)
     # A second, metadata-only step: the label carries the version the toolchain reports.
     _build(api, spec.image, spec.language, fileobj=io.BytesIO(f"FROM {spec.image}\n".encode()),
            labels={f"{LABEL_PREFIX}.language": spec.language,
                    f"{LABEL_PREFIX}.toolchain": version,
-                   f"{LABEL_PREFIX}.runtime-spec": f"runtimes/{spec.language}.toml"})
+                   f"{LABEL_PREFIX}.runtime-spec": f"runtimes/{spec.language}.toml",
+                   f"{LABEL_PREFIX}.context": context})
     return version
 
 
