@@ -94,7 +94,12 @@ def _build(api: docker.APIClient, tag: str, label: str, *, path: str | None = No
                        labels=labels, rm=True, forcerm=True, decode=True, pull=False)
     for chunk in stream:
         if "error" in chunk:
-            raise BuildFailed(f"[{label}] build failed: {chunk['error'].strip()}")
+            hint = ""
+            if chunk["error"].startswith("ADD failed"):
+                hint = ("\nThe Docker daemon downloads that file itself: dockerd must reach the "
+                        "address (behind a proxy, give dockerd HTTPS_PROXY: "
+                        "https://docs.docker.com/engine/daemon/proxy/)")
+            raise BuildFailed(f"[{label}] build failed: {chunk['error'].strip()}{hint}")
         line = chunk.get("stream", "").rstrip()
         if line:
             for part in line.splitlines():
