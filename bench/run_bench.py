@@ -387,6 +387,7 @@ def plot(rows: list[dict], png: Path) -> int:
     panels = list(dict.fromkeys((r["workload"], r["language"]) for r in rows))
     targets = list(dict.fromkeys(r["target"] for r in rows))
     colour = {target: f"C{i}" for i, target in enumerate(targets)}
+    levels = sorted({r["concurrency"] for r in rows})
     fig, axes = plt.subplots(2, len(panels), figsize=(max(6.5, 2.4 * len(panels)), 5.6),
                              squeeze=False)
     for column, (workload, language) in enumerate(panels):
@@ -394,11 +395,10 @@ def plot(rows: list[dict], png: Path) -> int:
         for target in targets:
             cells = [r for r in rows if (r["target"], r["workload"], r["language"]) == (target, workload, language)]
             if cells:
-                levels = [c["concurrency"] for c in cells]
-                top.plot(levels, [c["throughput_rps"] for c in cells], marker="o", color=colour[target])
-                bottom.plot(levels, [c["p50_ms"] for c in cells], marker="o", color=colour[target])
+                x = [c["concurrency"] for c in cells]
+                top.plot(x, [c["throughput_rps"] for c in cells], marker="o", color=colour[target])
+                bottom.plot(x, [c["p50_ms"] for c in cells], marker="o", color=colour[target])
         top.set_title(f"{language}, {workload}", fontsize=10)
-        levels = sorted({r["concurrency"] for r in rows})
         for axis in (top, bottom):
             axis.set_ylim(bottom=0)
             axis.set_xticks(levels)
