@@ -22,7 +22,9 @@ Workloads (--workloads), per language (--languages):
 For each target, workload, language and concurrency (--concurrency 1,4,8) it sends --requests
 programs and reports p50/p99 latency, throughput, machine CPU per request (all processes:
 server, daemon, containers) and, for servers that send Server-Timing, the server's own
-overhead (client latency minus the time spent in sandboxes). Writes a table to stdout, JSON to
+overhead (client latency minus the time spent in sandboxes; under load it includes waiting
+for a CPU) and, for a server running on this machine, the CPU its own process spends per
+request (runtimes and programs it starts not counted). Writes a table to stdout, JSON to
 bench/results/<stamp>.json and, with matplotlib, a PNG.
 
     python bench/run_bench.py --targets url:http://127.0.0.1:8080 docker-run bare \
@@ -47,6 +49,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -332,12 +335,31 @@ def run_crun_minimal(spec, code: str, stdin: str, expected: str) -> tuple[bool, 
         shutil.rmtree(bundle, ignore_errors=True)
 
 
+def local_server(url: str) -> psutil.Process | None:
+    """The process on this machine listening on the URL's port, if there is one we can see."""
+    port = urllib.parse.urlsplit(url).port or 80
+    try:
+        for conn in psutil.net_connections("tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr.port == port and conn.pid:
+                return psutil.Process(conn.pid)
+    except psutil.Error:
+        pass
+    return None
+
+
+def own_cpu_seconds(process: psutil.Process) -> float:
+    """The process's own CPU time (its threads), not its children's (runtimes, programs)."""
+    times = process.cpu_times()
+    return times.user + times.system
+
+
 def machine_cpu_seconds() -> float:
     t = psutil.cpu_times()
     return t.user + t.system + getattr(t, "nice", 0.0)
 
 
-def measure(fn, workload: str, language: str, requests_n: int, concurrency: int) -> dict:
+def measure(fn, workload: str, language: str, requests_n: int, concurrency: int,
+            server: psutil.Process | None = None) -> dict:
     latencies: list[float] = []
     overheads: list[float] = []
     failures = 0
@@ -353,6 +375,7 @@ def measure(fn, workload: str, language: str, requests_n: int, concurrency: int)
 
     fn(*make_case(workload, language))  # warm-up: page cache, images, compile cache for 'verl'
     cpu0, wall0 = machine_cpu_seconds(), time.perf_counter()
+    server0 = own_cpu_seconds(server) if server else None
     with ThreadPoolExecutor(concurrency) as pool:
         for latency, ok, engine_ms in pool.map(one, range(requests_n)):
             latencies.append(latency)
@@ -361,6 +384,7 @@ def measure(fn, workload: str, language: str, requests_n: int, concurrency: int)
                 overheads.append(latency * 1000 - engine_ms)
     wall = time.perf_counter() - wall0
     cpu = machine_cpu_seconds() - cpu0
+    server_cpu = own_cpu_seconds(server) - server0 if server else None
     latencies.sort()
     return {
         "p50_ms": statistics.median(latencies) * 1000,
@@ -368,6 +392,7 @@ def measure(fn, workload: str, language: str, requests_n: int, concurrency: int)
         "throughput_rps": requests_n / wall,
         "cpu_ms_per_request": cpu / requests_n * 1000,
         "overhead_ms": statistics.median(overheads) if overheads else None,
+        "server_cpu_ms_per_request": None if server_cpu is None else server_cpu / requests_n * 1000,
         "failures": failures,
     }
 
@@ -413,6 +438,10 @@ def plot(rows: list[dict], png: Path) -> int:
     return 0
 
 
+def _ms(value: float | None, unit: str = " ms") -> str:
+    return "-" if value is None else f"{value:.1f}{unit}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--targets", nargs="+", default=["url:http://127.0.0.1:8080", "docker-run", "bare"])
@@ -437,8 +466,10 @@ def main() -> int:
         for workload in args.workloads:
             for language in args.languages:
                 spec = registry.get(language)
+                server = None
                 if target.startswith("url:"):
                     fn = partial(run_url, target[4:], language)
+                    server = local_server(target[4:])
                 elif target == "docker-run":
                     fn = partial(run_docker, spec)
                 elif target == "bare":
@@ -453,22 +484,23 @@ def main() -> int:
                 else:
                     parser.error(f"unknown target {target}")
                 for level in levels:
-                    stats = measure(fn, workload, language, args.requests, level)
+                    stats = measure(fn, workload, language, args.requests, level, server)
                     rows.append({"target": target, "workload": workload, "language": language,
                                  "concurrency": level, **stats})
-                    overhead = stats["overhead_ms"]
                     print(f"{target:28} {workload:8} {language:7} c={level:<3} p50 {stats['p50_ms']:8.1f} ms"
                           f"  p99 {stats['p99_ms']:8.1f} ms  {stats['throughput_rps']:7.2f} req/s"
                           f"  cpu {stats['cpu_ms_per_request']:7.1f} ms/req"
-                          f"  overhead {'-' if overhead is None else f'{overhead:.1f} ms'}"
+                          f"  overhead {_ms(stats['overhead_ms'])}"
+                          f"  server cpu {_ms(stats['server_cpu_ms_per_request'])}"
                           f"  failures {stats['failures']}", flush=True)
 
-    print("\n| target | workload | language | concurrency | p50 ms | p99 ms | req/s | CPU ms/req | server overhead ms | failures |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| target | workload | language | concurrency | p50 ms | p99 ms | req/s | CPU ms/req "
+          "| server overhead ms | server CPU ms/req | failures |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        overhead = "-" if r["overhead_ms"] is None else f"{r['overhead_ms']:.1f}"
         print(f"| {r['target']} | {r['workload']} | {r['language']} | {r['concurrency']} | {r['p50_ms']:.1f} | "
-              f"{r['p99_ms']:.1f} | {r['throughput_rps']:.2f} | {r['cpu_ms_per_request']:.1f} | {overhead} | {r['failures']} |")
+              f"{r['p99_ms']:.1f} | {r['throughput_rps']:.2f} | {r['cpu_ms_per_request']:.1f} | "
+              f"{_ms(r['overhead_ms'], '')} | {_ms(r.get('server_cpu_ms_per_request'), '')} | {r['failures']} |")
 
     RESULTS_DIR.mkdir(exist_ok=True)
     out = Path(args.out) if args.out else RESULTS_DIR / time.strftime("%Y%m%d-%H%M%S.json")
