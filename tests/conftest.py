@@ -79,6 +79,18 @@ def _oci_leftovers(instance: str) -> list[str]:
     return left
 
 
+def _oci_instance_folders(instance: str) -> list[str]:
+    """What a server instance makes once for its OCI sandboxes and removes when it stops: its
+    run and runtime-state folders, its parent cgroup in each hierarchy."""
+    from sandbox.config import Settings
+    from sandbox.engine.cgroups import CGROUP_ROOT
+
+    run_dir = Settings().run_dir
+    folders = [run_dir / instance, *run_dir.glob(f"{instance}.*"),
+               *CGROUP_ROOT.glob(f"*/llm-sandbox-{instance}"), CGROUP_ROOT / f"llm-sandbox-{instance}"]
+    return [str(folder) for folder in folders if folder.is_dir()]
+
+
 def _oci_problem() -> str | None:
     from sandbox.config import Settings
     from sandbox.engine.backends.select import BackendUnavailable, choose_backend
@@ -131,13 +143,16 @@ def assert_nothing_left(instance: str) -> None:
     assert not leftovers, f"containers left behind: {[c['Names'] for c in leftovers]}"
     oci_left = _oci_leftovers(instance)
     assert not oci_left, f"OCI sandboxes left behind: {oci_left}"
+    folders = _oci_instance_folders(instance)
+    assert not folders, f"the stopped server left its folders or cgroups behind: {folders}"
 
 
 @contextlib.contextmanager
 def running_server(log_dir: Path, instance: str | None = None, extra_env: dict | None = None,
                    **settings):
     """A real server process; yields its base URL. On exit: no sandbox of its instance may be
-    left (Docker containers, OCI containers, work directories)."""
+    left (Docker containers, OCI containers, work directories), nor the instance's folders and
+    parent cgroups."""
     instance = instance or f"pytest-{uuid.uuid4().hex[:8]}"
     proc, url = start_server(log_dir, instance, extra_env, **settings)
     try:

@@ -698,7 +698,16 @@ class OciBackend:
                 log.warning("cannot prepare %s: %s", image, exc)
 
     async def close(self) -> None:
-        pass
+        await asyncio.to_thread(self._remove_instance_folders)
+
+    def _remove_instance_folders(self) -> None:
+        """What this instance made once, not per sandbox: its run and runtime-state folders and
+        its parent cgroup in each hierarchy. rmdir only: each is empty once every sandbox is
+        gone, and a folder still in use stays."""
+        cgroups = [*CGROUP_ROOT.glob(f"*/{self.cgroup_parent}"), CGROUP_ROOT / self.cgroup_parent]
+        for folder in (self.run_dir, self.runtime_root, *cgroups):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def oci_problem(runtime: str) -> str | None:
