@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
+
+from sandbox.config import REPO_ROOT
+from sandbox.runtimes import RuntimeRegistry
 
 from .programs import MIB_OUTPUT, PROGRAMS, SQL_SETUP
 
@@ -35,6 +39,7 @@ def test_hello(run, language):
     if language in COMPILED:
         assert result["compile_result"]["status"] == "Finished"
         assert result["compile_result"]["return_code"] == 0
+        assert result["compile_result"]["stderr"] == ""  # no warnings (linker, class sharing)
     else:
         assert result["compile_result"] is None
 
@@ -151,6 +156,21 @@ def test_nodejs_runs_commonjs_and_es_modules(run):
         result = run(code, "nodejs", stdin="same\n")
         assert_ran(result, "same\n")
         assert result["run_result"]["stderr"] == ""  # no warning about the module type
+
+
+def test_javac_maps_the_class_data_archive_of_the_image(run):
+    """The JVM flags javac runs with and the archive made in the image agree: with -Xshare:on
+    a JVM that cannot map the archive refuses to start."""
+    flags = [arg for arg in RuntimeRegistry.load(REPO_ROOT / "runtimes").get("java").compile
+             if arg.startswith("-J")]
+    assert any(flag.startswith("-J-XX:SharedArchiveFile=") for flag in flags)
+    command = ", ".join(json.dumps(arg) for arg in ["javac", "-J-Xshare:on", *flags, "-version"])
+    code = ("public class Main { public static void main(String[] a) throws Exception {"
+            f" System.exit(new ProcessBuilder({command}).inheritIO().start().waitFor()); }} }}")
+    result = run(code, "java")
+    assert result["run_result"]["stderr"] == ""
+    assert result["run_result"]["return_code"] == 0
+    assert result["run_result"]["stdout"].startswith("javac 21")
 
 
 def test_python_scientific_packages(run):
