@@ -95,6 +95,7 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
     import subprocess
 
     from sandbox.engine.backends.oci import _mount_tmpfs
+    from sandbox.engine.cgroups import CGROUP_ROOT
     from sandbox.engine.backends.select import BackendUnavailable, choose_backend
     from sandbox.engine.models import Limits
 
@@ -128,6 +129,9 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
         _mount_tmpfs(stale / "work", "size=1m")
         asyncio.run(backend.remove_leftovers())
         assert not stale.exists()
+        asyncio.run(backend.close())  # and what the instance made once goes with it
+        assert not backend.run_dir.exists()
+        assert not list(CGROUP_ROOT.glob(f"*/llm-sandbox-{instance}"))
     finally:
         if run_dir_on_tmpfs:
             subprocess.run(["umount", "-l", str(run_dir)], check=False)
