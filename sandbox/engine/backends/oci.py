@@ -76,7 +76,8 @@ def _umount(target: Path) -> None:
 
 
 def _umount_bundle(bundle_dir: Path) -> None:
-    """Unmount a job's work directory, then its bundle's tmpfs if it has one (else a no-op)."""
+    """Unmount a job's work directory, then its bundle's tmpfs if it has one (else umount2
+    refuses a folder that is not a mount point: no-op)."""
     _umount(bundle_dir / "work")
     _umount(bundle_dir)
 
@@ -664,9 +665,7 @@ class OciBackend:
         try:
             yield box
         finally:
-            _umount(box.workdir)
-            if self.bundle_tmpfs:
-                _umount(box.bundle_dir)
+            _umount_bundle(box.bundle_dir)
             shutil.rmtree(box.bundle_dir, ignore_errors=True)
 
     def _remove_leftovers(self) -> int:
