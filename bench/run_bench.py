@@ -59,8 +59,9 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from sandbox.config import REPO_ROOT  # noqa: E402
 from sandbox.engine.backends.base import SANDBOX_UID  # noqa: E402
-from sandbox.engine.backends.oci import (CLONE_NEWNS, MS_PRIVATE, MS_REC, RootfsStore,  # noqa: E402
-                                         _mount_tmpfs, _umount, leave_hybrid_cgroups)
+from sandbox.engine.backends.host import (CLONE_NEWNS, MS_PRIVATE, MS_REC,  # noqa: E402
+                                          _mount_tmpfs, _umount, leave_hybrid_cgroups)
+from sandbox.engine.backends.rootfs import RootfsStore  # noqa: E402
 from sandbox.runtimes import RuntimeRegistry  # noqa: E402
 
 HELLO = {

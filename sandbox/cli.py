@@ -95,7 +95,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from .api import create_app
-    from .engine.backends.oci import leave_hybrid_cgroups
+    from .engine.backends.host import leave_hybrid_cgroups
 
     if settings.backend != "docker":
         leave_hybrid_cgroups()  # before any thread starts: unshare() needs a single thread
@@ -112,7 +112,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    from .engine.backends.oci import leave_hybrid_cgroups
+    from .engine.backends.host import leave_hybrid_cgroups
     from .local_run import EXIT_USAGE, RunUsageError, exit_code_for, print_human, run_file
 
     if args.stdin == "-":

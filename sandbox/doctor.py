@@ -94,7 +94,7 @@ class Doctor:
                      "apt-get install crun (or runc)")
 
     def check_cgroups(self) -> None:
-        from .engine.backends.oci import hybrid_cgroups
+        from .engine.backends.host import hybrid_cgroups
 
         v2_controllers = CGROUP_ROOT / "cgroup.controllers"
         if hybrid_cgroups():

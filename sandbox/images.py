@@ -186,7 +186,7 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
 
 def _prune_unpacked_roots(settings: Settings) -> None:
     """The oci backend's unpacked roots of image versions just replaced are dead weight."""
-    from .engine.backends.oci import RootfsStore
+    from .engine.backends.rootfs import RootfsStore
 
     store = RootfsStore(settings.state_dir / "rootfs")
     if store.root.is_dir():
@@ -240,7 +240,7 @@ def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
                  metadata_only: bool = False) -> int:
     """Write a pre-unpacked roots folder (``SANDBOX_ROOTFS_DIR``) from the local images."""
     from .engine.backends import ImageMissing
-    from .engine.backends.oci import RootfsStore
+    from .engine.backends.rootfs import RootfsStore
 
     specs = _specs(languages, settings)
     if specs is None:

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from sandbox.config import REPO_ROOT, Settings
-from sandbox.engine.backends.oci import prebuilt_name
+from sandbox.engine.backends.rootfs import prebuilt_name
 from sandbox.runtimes import RuntimeRegistry
 
 DEPLOY = REPO_ROOT / "deploy"

@@ -42,7 +42,7 @@ def test_startup_sweeps_leftover_containers(docker_ready):
 
 
 def test_startup_sweeps_leftover_oci_work_directories(docker_ready):
-    from sandbox.engine.backends.oci import _mount_tmpfs
+    from sandbox.engine.backends.host import _mount_tmpfs
     from sandbox.engine.backends.select import BackendUnavailable, choose_backend
 
     instance = f"sweep-{uuid.uuid4().hex[:8]}"
@@ -66,7 +66,7 @@ def test_startup_sweeps_leftover_oci_work_directories(docker_ready):
 def test_export_containers_left_by_a_killed_server_are_removed(docker_ready, tmp_path, monkeypatch):
     """Unpacking an image root goes through a never-started container; a server killed in the
     middle leaves it behind, and the next start-up sweep removes it (once it is stale)."""
-    from sandbox.engine.backends import oci
+    from sandbox.engine.backends import rootfs as oci
 
     client = docker.from_env()
     left = client.api.create_container("sandbox-python:1", command=["true"],
@@ -94,7 +94,7 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
     import asyncio
     import subprocess
 
-    from sandbox.engine.backends.oci import _mount_tmpfs
+    from sandbox.engine.backends.host import _mount_tmpfs
     from sandbox.engine.cgroups import CGROUP_ROOT
     from sandbox.engine.backends.select import BackendUnavailable, choose_backend
     from sandbox.engine.models import Limits

@@ -8,7 +8,7 @@ import pytest
 
 from sandbox.config import Settings
 from sandbox.engine.backends import ImageMissing
-from sandbox.engine.backends.oci import INIT, RootfsStore, prebuilt_name
+from sandbox.engine.backends.rootfs import INIT, RootfsStore, prebuilt_name
 from sandbox.engine.backends.select import BackendUnavailable, choose_backend
 
 ENV = ["PATH=/usr/bin:/bin", "PYTHONUNBUFFERED=1"]

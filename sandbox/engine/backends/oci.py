@@ -6,12 +6,12 @@ No daemon on the request path. Per job:
   the source and `files` into it before any program runs, and reads `fetch_files` back
   without following links (``safe_files``);
 - each step (compile, run) is ``<runtime> run`` of a bundle whose root is the language image's
-  root filesystem, unpacked once per image version (``RootfsStore``) and mounted read-only;
+  root filesystem, unpacked once per image version (``rootfs.RootfsStore``) and mounted read-only;
   the work directory is bind-mounted at /sandbox, a fresh tmpfs at /tmp;
 - PID 1 is ``sandbox-init`` (from the base image): it runs the step, reports the exact exit
   status and resource use on a socket outside the program's reach, and holds the container
   open until the server has read the cgroup's memory facts;
-- isolation as with Docker: new mount/PID/IPC/UTS/network namespaces (no interfaces but a
+- isolation as with Docker (``bundle.py``): new mount/PID/IPC/UTS/network namespaces (no interfaces but a
   downed loopback), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
   no-new-privileges, Docker's default seccomp filter (without io_uring and ptrace; compiled
   once to BPF for crun), masked /proc paths.
@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -41,264 +39,19 @@ from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
+from .base import SANDBOX_UID, BackendError, SandboxUnavailable
+from .bundle import bundle_config
+from .host import _mount_tmpfs, _on_tmpfs, _swap_accounting, _umount_bundle, hybrid_cgroups
+from .rootfs import INIT, RootfsStore
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
-from .base import SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxUnavailable
 
 log = logging.getLogger(__name__)
 
-INIT = "/usr/local/bin/sandbox-init"
-MS_NOSUID, MS_NODEV = 2, 4
-MNT_DETACH = 2
 BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB each)
 BACKSTOP_GRACE_S = 3.0
 EXIT_WAIT_S = 10.0  # for a runtime process to go once its container is killed
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-_libc = ctypes.CDLL(None, use_errno=True)
-# The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
-DEVICES = [{"allow": False, "access": "rwm"}] + [
-    {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
-    for major, minor in ((1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0))]
-MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
-                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
-                "/sys/firmware"]
-READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
-
-
-def _mount_tmpfs(target: Path, options: str) -> None:
-    if _libc.mount(b"tmpfs", str(target).encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options.encode()):
-        err = ctypes.get_errno()
-        raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
-
-
-def _umount(target: Path) -> None:
-    _libc.umount2(str(target).encode(), MNT_DETACH)
-
-
-def _umount_bundle(bundle_dir: Path) -> None:
-    """Unmount a job's work directory, then its bundle's tmpfs if it has one (else umount2
-    refuses a folder that is not a mount point: no-op)."""
-    _umount(bundle_dir / "work")
-    _umount(bundle_dir)
-
-
-TMPFS_MAGIC = 0x01021994
-
-
-def _on_tmpfs(path: Path) -> bool:
-    buf = ctypes.create_string_buffer(128)  # struct statfs; f_type is its first field
-    if _libc.statfs(str(path).encode(), buf) != 0:
-        return False
-    return ctypes.c_long.from_buffer(buf).value == TMPFS_MAGIC
-
-
-def _swap_accounting() -> bool:
-    v1 = CGROUP_ROOT / "memory"
-    return not v1.is_dir() or (v1 / "memory.memsw.limit_in_bytes").exists()
-
-
-PREBUILT_METADATA = "image.json"
-EXPORT_LABEL = "llm-sandbox.rootfs-export"
-# An export container older than this is a leftover (an export takes seconds; another server
-# sharing the daemon may be in the middle of one).
-STALE_EXPORT_S = 600
-
-
-def prebuilt_name(image: str) -> str:
-    """Subfolder of a pre-unpacked roots folder holding ``image``: sandbox-python:1 -> sandbox-python_1."""
-    return image.replace("/", "_").replace(":", "_")
-
-
-class PrebuiltRootMissing(ImageMissing):
-    def __init__(self, image: str, folder: Path) -> None:
-        super().__init__(image)
-        self.args = (f"image {image} has no root filesystem in {folder}: write it with "
-                     f"`sandbox images export-rootfs {folder.parent}` (or rebuild the server image)",)
-
-
-class RootfsStore:
-    """Image root filesystems, unpacked once per image id and shared read-only by every sandbox.
-
-    With ``prebuilt`` (the ``rootfs_dir`` setting) the roots were unpacked ahead of time, one
-    subfolder per image (``prebuilt_name``) holding ``rootfs/`` and ``image.json`` (the image's
-    reference, id and environment), and Docker is never asked: a server image or a pod has none."""
-
-    # How long an image tag is trusted to point at the same image before Docker is asked
-    # again (a rebuilt image is picked up within this time).
-    TAG_TTL_S = 30.0
-
-    def __init__(self, root: Path, prebuilt: Path | None = None) -> None:
-        self.root = root
-        self.prebuilt = prebuilt
-        self._known: dict[str, tuple[float, Path, list[str]]] = {}
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
-        self._client = None
-
-    def _docker(self):
-        import docker
-
-        if self._client is None:
-            self._client = docker.from_env(timeout=600)
-        return self._client
-
-    def known(self, image: str) -> tuple[Path, list[str]] | None:
-        """The prepared root of ``image`` if its tag was checked recently, without blocking."""
-        known = self._known.get(image)
-        if known and time.monotonic() - known[0] < self.TAG_TTL_S:
-            return known[1], known[2]
-        return None
-
-    def prepare(self, image: str) -> tuple[Path, list[str]]:
-        """(root filesystem folder, environment) of ``image``; exports it on first use."""
-        if known := self.known(image):
-            return known
-        if self.prebuilt is not None:
-            return self._prepare_prebuilt(image)
-        import docker.errors
-
-        try:
-            info = self._docker().api.inspect_image(image)
-        except docker.errors.ImageNotFound:
-            raise ImageMissing(image) from None
-        except docker.errors.DockerException as exc:
-            raise SandboxUnavailable(f"cannot read image {image} from Docker: {exc}") from exc
-        env = info["Config"].get("Env") or []
-        target = self.root / info["Id"].split(":")[-1][:16]
-        with self._guard:
-            lock = self._locks.setdefault(str(target), threading.Lock())
-        with lock:
-            if not (target / ".complete").exists() or not (target / "rootfs" / INIT.lstrip("/")).exists():
-                self._export(image, target)  # missing, half-made, or damaged from outside
-        self._known[image] = (time.monotonic(), target / "rootfs", env)
-        return target / "rootfs", env
-
-    def _prebuilt_complete(self, image: str) -> bool:
-        folder = self.prebuilt / prebuilt_name(image)
-        return (folder / PREBUILT_METADATA).is_file() and (folder / "rootfs" / INIT.lstrip("/")).exists()
-
-    def _prepare_prebuilt(self, image: str) -> tuple[Path, list[str]]:
-        folder = self.prebuilt / prebuilt_name(image)
-        try:
-            env = json.loads((folder / PREBUILT_METADATA).read_text())["env"]
-        except (OSError, ValueError, KeyError):
-            raise PrebuiltRootMissing(image, folder) from None
-        if not self._prebuilt_complete(image):
-            raise PrebuiltRootMissing(image, folder)
-        self._known[image] = (time.monotonic(), folder / "rootfs", env)
-        return folder / "rootfs", env
-
-    def export_prebuilt(self, image: str, dest: Path, with_rootfs: bool = True) -> Path:
-        """Write ``image``'s subfolder of a pre-unpacked roots folder ``dest`` from Docker.
-
-        ``with_rootfs=False`` writes only ``image.json``: a server image build copies the root
-        itself (``COPY --from=IMAGE / .../rootfs/``), which is faster than a build context."""
-        import docker.errors
-
-        try:
-            info = self._docker().api.inspect_image(image)
-        except docker.errors.ImageNotFound:
-            raise ImageMissing(image) from None
-        target = dest / prebuilt_name(image)
-        partial = target.with_name(f"{target.name}.partial-{os.getpid()}")
-        shutil.rmtree(partial, ignore_errors=True)
-        (partial / "rootfs").mkdir(parents=True)
-        try:
-            if with_rootfs:
-                self._unpack(image, partial / "rootfs")
-            metadata = {"image": image, "id": info["Id"], "env": info["Config"].get("Env") or []}
-            (partial / PREBUILT_METADATA).write_text(json.dumps(metadata, indent=1) + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            partial.rename(target)
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-        return target
-
-    def _unpack(self, image: str, rootfs: Path) -> None:
-        api = self._docker().api
-        # Never started; labelled so that one left by a server killed mid-export is removed.
-        container = api.create_container(image, command=["true"], network_disabled=True,
-                                         labels={EXPORT_LABEL: "1"})
-        try:
-            tar = subprocess.Popen(["tar", "-x", "-C", str(rootfs)], stdin=subprocess.PIPE)
-            try:
-                for chunk in api.export(container["Id"]):
-                    tar.stdin.write(chunk)
-            finally:
-                tar.stdin.close()
-                if tar.wait() != 0:
-                    raise BackendError(f"unpacking {image} failed")
-        finally:
-            api.remove_container(container["Id"], force=True)
-
-    def _export(self, image: str, target: Path) -> None:
-        """Unpack into a private folder, then rename it into place: several servers (or an
-        image build beside a server) may export the same image at once."""
-        log.info("unpacking %s into %s (once per image version)", image, target)
-        partial = target.with_name(f"{target.name}.partial-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-        (partial / "rootfs").mkdir(parents=True)
-        try:
-            self._unpack(image, partial / "rootfs")
-            (partial / ".complete").write_text(image + "\n")
-            if (target / ".complete").exists() and (target / "rootfs" / INIT.lstrip("/")).exists():
-                return  # another process finished first
-            shutil.rmtree(target, ignore_errors=True)
-            try:
-                partial.rename(target)
-            except OSError:
-                if not (target / ".complete").exists():
-                    raise
-        finally:
-            shutil.rmtree(partial, ignore_errors=True)
-
-    def remove_stale_exports(self) -> int:
-        """Remove export containers left by a server killed mid-export; how many."""
-        if self.prebuilt is not None:
-            return 0
-        import docker.errors
-
-        removed = 0
-        try:
-            api = self._docker().api
-            for container in api.containers(all=True, filters={"label": f"{EXPORT_LABEL}=1"}):
-                if time.time() - container["Created"] > STALE_EXPORT_S:
-                    api.remove_container(container["Id"], force=True)
-                    removed += 1
-        except docker.errors.DockerException as exc:
-            log.warning("could not look for leftover export containers: %s", exc)
-        return removed
-
-    def missing(self, images: Sequence[str]) -> list[str]:
-        if self.prebuilt is not None:
-            return [image for image in images if not self._prebuilt_complete(image)]
-        import docker.errors
-
-        missing = []
-        for image in images:
-            try:
-                self._docker().api.inspect_image(image)
-            except docker.errors.ImageNotFound:
-                missing.append(image)
-        return missing
-
-    def prune(self) -> list[str]:
-        """Remove unpacked roots of image versions Docker no longer has under any tag.
-
-        Run by ``make images`` after a build, not by servers: several servers may share this
-        folder, each knowing only its own languages."""
-        import docker.errors
-
-        try:
-            tagged = {image["Id"].split(":")[-1][:16]
-                      for image in self._docker().api.images() if image.get("RepoTags")}
-        except docker.errors.DockerException:
-            return []
-        removed = []
-        for entry in self.root.glob("*"):
-            if entry.name not in tagged and ".partial-" not in entry.name:
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry.name)
-        return removed
 
 
 class OciSandbox:
@@ -338,63 +91,14 @@ class OciSandbox:
     async def memory_facts(self) -> MemoryFacts:
         return self._facts
 
-    def _config(self, args: Sequence[str], cgroups_path: str, workdir_writable: bool = True) -> dict:
-        limits = self._limits
-        memory = limits.memory_mb * 1024 * 1024
-        size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
-        memory_limits: dict = {"limit": memory}
-        if self._backend.swap_accounting:
-            memory_limits["swap"] = memory  # memory + swap = memory: no swap
-        namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
-        if not limits.network:
-            namespaces.append({"type": "network"})
-        seccomp = {} if self._backend.seccomp_annotations else {"seccomp": SECCOMP_PROFILE}
-        return {
-            "ociVersion": "1.0.2",
-            "annotations": self._backend.seccomp_annotations,
-            "process": {
-                "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
-                "args": list(args),
-                "env": [*self._env, "HOME=/tmp"],
-                "cwd": WORKDIR,
-                "noNewPrivileges": True,
-                "capabilities": {},
-                "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
-                            {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
-                "oomScoreAdj": 1000,
-            },
-            "root": {"path": str(self._rootfs), "readonly": True},
-            "hostname": "sandbox",
-            "mounts": [
-                {"destination": "/proc", "type": "proc", "source": "proc",
-                 "options": ["nosuid", "noexec", "nodev"]},
-                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
-                 "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
-                {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
-                 "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=16m"]},
-                {"destination": "/sys", "type": "sysfs", "source": "sysfs",
-                 "options": ["nosuid", "noexec", "nodev", "ro"]},
-                {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
-                 "options": ["ro", "nosuid", "noexec", "nodev"]},
-                {"destination": WORKDIR, "type": "bind", "source": str(self.workdir),
-                 "options": ["rbind", "rw" if workdir_writable else "ro", "nosuid", "nodev"]},
-                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
-                 "options": ["nosuid", "nodev", "exec", f"size={size_mb}m", "mode=1777"]},
-            ],
-            "linux": {
-                "cgroupsPath": cgroups_path,
-                "resources": {
-                    "devices": DEVICES,
-                    "memory": memory_limits,
-                    "pids": {"limit": limits.pids},
-                    "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
-                },
-                "namespaces": namespaces,
-                "maskedPaths": MASKED_PATHS,
-                "readonlyPaths": READONLY_PATHS,
-                **seccomp,
-            },
-        }
+    def _config(self, args: Sequence[str], cgroups_path: str, workdir_writable: bool = True,
+                extra_mounts: Sequence[dict] = ()) -> dict:
+        return bundle_config(args, rootfs=self._rootfs, env=self._env, limits=self._limits,
+                             workdir=self.workdir, cgroups_path=cgroups_path,
+                             swap_accounting=self._backend.swap_accounting,
+                             seccomp_annotations=self._backend.seccomp_annotations,
+                             workdir_writable=workdir_writable, extra_mounts=extra_mounts)
+
 
     async def _start(self, args: Sequence[str], workdir_writable: bool = True):
         """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us.
@@ -718,26 +422,3 @@ def oci_problem(runtime: str) -> str | None:
     if Path(runtime).name == "crun" and hybrid_cgroups() and shutil.which("unshare") is None:
         return "crun needs unshare (util-linux) on a hybrid cgroup v1/v2 host like this one"
     return None
-
-
-def hybrid_cgroups() -> bool:
-    return (CGROUP_ROOT / "unified").is_mount() and (CGROUP_ROOT / "memory").is_dir()
-
-
-CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x00020000, 0x4000, 1 << 18
-
-
-def leave_hybrid_cgroups() -> bool:
-    """Move this (still single-threaded) process into a private mount namespace without the
-    cgroup v2 mount, so crun runs directly instead of through ``unshare`` on every step.
-    The host's mounts are untouched; the work-directory mounts made later live and die with
-    this process. Returns whether it did."""
-    if os.geteuid() != 0 or not hybrid_cgroups():
-        return False
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        return False
-    if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
-        return False
-    return _libc.umount2(str(CGROUP_ROOT / "unified").encode(), MNT_DETACH) == 0
-
-

@@ -1,0 +1,85 @@
+"""The OCI runtime spec (config.json) of one sandbox step: what every container the OCI
+backend starts shares (namespaces, limits, mounts, seccomp, an unprivileged user)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from ..models import Limits
+from .base import SANDBOX_UID, WORKDIR
+from .seccomp import SECCOMP_PROFILE
+
+# The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
+DEVICES = [{"allow": False, "access": "rwm"}] + [
+    {"allow": True, "type": "c", "major": major, "minor": minor, "access": "rwm"}
+    for major, minor in ((1, 3), (1, 5), (1, 7), (1, 8), (1, 9), (5, 0))]
+MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+                "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
+                "/sys/firmware"]
+READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+
+def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: Limits,
+                  workdir: Path, cgroups_path: str, swap_accounting: bool,
+                  seccomp_annotations: dict, workdir_writable: bool = True,
+                  extra_mounts: Sequence[dict] = ()) -> dict:
+    """config.json for a container running ``args`` as PID 1 over ``workdir`` (at /sandbox).
+    ``extra_mounts``: more bind mounts (a session's control folder)."""
+    limits = limits
+    memory = limits.memory_mb * 1024 * 1024
+    size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
+    memory_limits: dict = {"limit": memory}
+    if swap_accounting:
+        memory_limits["swap"] = memory  # memory + swap = memory: no swap
+    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
+    if not limits.network:
+        namespaces.append({"type": "network"})
+    seccomp = {} if seccomp_annotations else {"seccomp": SECCOMP_PROFILE}
+    return {
+        "ociVersion": "1.0.2",
+        "annotations": seccomp_annotations,
+        "process": {
+            "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
+            "args": list(args),
+            "env": [*env, "HOME=/tmp"],
+            "cwd": WORKDIR,
+            "noNewPrivileges": True,
+            "capabilities": {},
+            "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
+                        {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
+            "oomScoreAdj": 1000,
+        },
+        "root": {"path": str(rootfs), "readonly": True},
+        "hostname": "sandbox",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc",
+             "options": ["nosuid", "noexec", "nodev"]},
+            {"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "strictatime", "mode=755", "size=65536k"]},
+            {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=16m"]},
+            {"destination": "/sys", "type": "sysfs", "source": "sysfs",
+             "options": ["nosuid", "noexec", "nodev", "ro"]},
+            {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
+             "options": ["ro", "nosuid", "noexec", "nodev"]},
+            {"destination": WORKDIR, "type": "bind", "source": str(workdir),
+             "options": ["rbind", "rw" if workdir_writable else "ro", "nosuid", "nodev"]},
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
+             "options": ["nosuid", "nodev", "exec", f"size={size_mb}m", "mode=1777"]},
+            *extra_mounts,
+        ],
+        "linux": {
+            "cgroupsPath": cgroups_path,
+            "resources": {
+                "devices": DEVICES,
+                "memory": memory_limits,
+                "pids": {"limit": limits.pids},
+                "cpu": {"quota": int(limits.cpus * 100_000), "period": 100_000},
+            },
+            "namespaces": namespaces,
+            "maskedPaths": MASKED_PATHS,
+            "readonlyPaths": READONLY_PATHS,
+            **seccomp,
+        },
+    }
