@@ -26,6 +26,17 @@ MiB = 1024 * 1024
 MIN_API_KEY_CHARS = 16  # shorter keys can be guessed; `openssl rand -hex 32` makes a good one
 
 
+def _default_max_sessions() -> int:
+    # An idle Python session costs ~SESSION_BUDGET_MB (interpreter, container, runtime
+    # process; README "Sessions"); half the machine's memory for idle sessions.
+    import psutil
+
+    return max(16, int(psutil.virtual_memory().total * 0.5 / (SESSION_BUDGET_MB * MiB)))
+
+
+SESSION_BUDGET_MB = 12
+
+
 def _default_concurrency() -> int:
     # Each container gets one CPU; starting one through dockerd costs ~0.25 s of CPU too.
     # Twice the cores keeps the CPUs busy without an unbounded pile-up (the rest queue).
@@ -33,6 +44,15 @@ def _default_concurrency() -> int:
 
 
 ENV_PREFIX = "SANDBOX_"
+
+
+def _replica_name(hostname: str) -> str:
+    """A host name as a session id's replica part: lower case letters, digits and dashes."""
+    import re
+
+    name = re.sub(r"[^a-z0-9-]+", "-", hostname.lower()).strip("-")[:63].strip("-")
+    return name or "sandbox"
+
 CONFIG_ENV = ENV_PREFIX + "CONFIG"
 
 
@@ -201,6 +221,33 @@ class Settings(BaseSettings):
         2, ge=0,
         description="docker backend: started, never-used containers kept ready per image and "
                     "limits, so a request does not wait for a container to start; 0 turns it off.")
+    max_sessions: int = Field(
+        default_factory=_default_max_sessions, ge=0,
+        description="Sessions (POST /v1/sessions) alive at once; a create beyond it gets HTTP "
+                    "503 with Retry-After. 0 turns sessions off.",
+        json_schema_extra={"shown_default": f"half the memory / {SESSION_BUDGET_MB} MiB"})
+    session_idle_timeout_s: float = Field(
+        600.0, gt=0, description="A session's `idle_timeout_s` when its create does not say.")
+    session_max_lifetime_s: float = Field(
+        3600.0, gt=0, description="A session's `max_lifetime_s` when its create does not say.")
+    max_session_lifetime_s: float = Field(
+        6 * 3600.0, gt=0,
+        description="Ceiling on a session's `idle_timeout_s` and `max_lifetime_s`; above it: 422.")
+    replica: str = Field(
+        default_factory=lambda: _replica_name(os.uname().nodename),
+        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="This server's name in session ids (`<replica>-<hex>`): a call for a "
+                    "session another replica owns is forwarded there (`peers`).",
+        json_schema_extra={"shown_default": "the host name"})
+    peers: dict[str, str] = Field(
+        default_factory=dict,
+        description="Other replicas behind the same address, name -> base URL "
+                    "(`{\"sandbox-1\": \"http://10.0.0.7:8080\"}`; in the environment a JSON object).",
+        json_schema_extra={"shown_default": "none"})
+    peer_url_template: str = Field(
+        "",
+        description="Base URL of a replica not in `peers`, `{replica}` replaced by its name: "
+                    "`http://{replica}.sandbox-peers:8080` for a StatefulSet's headless Service.")
     languages: dict[str, LanguageOverrides] = Field(
         default_factory=dict,
         description="Per-language limits, `[languages.<name>]` tables in the config file "

@@ -60,6 +60,8 @@ def _toml_value(value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, dict):  # an inline table: { "name" = "value", ... }
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + "}"
     return json.dumps(str(value))  # a JSON string is a valid TOML basic string
 
 

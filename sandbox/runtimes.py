@@ -34,6 +34,10 @@ class RuntimeSpec(BaseModel):
     zygote: tuple[str, ...] | None = Field(
         None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
                           "(it gets the run argv after argv[0]); none: each test is exec'd.")
+    session: tuple[str, ...] | None = Field(
+        None, description="argv of the interpreter a session keeps alive between calls "
+                          "(gets the control folder as its last argument; sandbox/sessions/); "
+                          "none: a session keeps only its work directory.")
     smoke: SmokeTest
 
     @property

@@ -23,6 +23,8 @@ from ..runtimes import RuntimeRegistry
 from .auth import require_api_key
 from .limits import BodySizeLimit
 from ..judge import Judge
+from ..sessions import SessionRegistry
+from .sessions import install_session_errors, run_in_session, session_router
 from .observability import (install_observability, note_evaluation_result, note_run_request,
                             note_run_result)
 from .schemas import EvaluateRequest, EvaluateResponse, RunCodeRequest, RunCodeResponse
@@ -40,6 +42,7 @@ class Services:
         self.registry = registry
         self.engine = engine
         self.judge = Judge(engine)
+        self.sessions = SessionRegistry(engine, settings.replica, settings.max_sessions)
         # Why the backend failed its start-up check, until a later check passes (/readyz).
         self.backend_problem: str | None = None
 
@@ -92,6 +95,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         yield
         if warming:
             warming.cancel()
+        await app.state.services.sessions.close()
         await engine.backend.close()
 
     app = FastAPI(
@@ -107,6 +111,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
     require_api_key(app, settings)
     app.state.ops = install_observability(app, settings, engine, registry.languages)
+    app.state.ops.watch_sessions(app.state.services.sessions)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
@@ -130,10 +135,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     @app.post("/run_code", response_model=RunCodeResponse, tags=["SandboxFusion"],
               summary="Run one program in a fresh sandbox",
-              responses={422: {"description": "The request cannot be run as asked; `detail` says why."},
+              responses={404: {"description": "`session_id` names no live session."},
+                         422: {"description": "The request cannot be run as asked; `detail` says why."},
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
     async def run_code(req: RunCodeRequest, services: ServicesDep, request: Request,
                        response: Response) -> RunCodeResponse:
+        if req.session_id is not None:
+            return await run_in_session(req, services, request)
         started = time.perf_counter()
         note_run_request(request, req)
         job = build_job(req, services.registry, services.settings)
@@ -147,6 +155,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         response.headers["Server-Timing"] = (
             f"engine;dur={engine_s * 1000:.2f}, handler;dur={(total_s - engine_s) * 1000:.2f}")
         return body
+
+    install_session_errors(app)
+    app.include_router(session_router(app.state.services))
 
     @app.post("/v1/evaluate", response_model=EvaluateResponse, tags=["Evaluation"],
               summary="Compile once, run every test case, return a verdict per test",
@@ -165,7 +176,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     async def queue(services: ServicesDep) -> dict:
         engine = services.engine
         cache = engine.compile_cache
+        sessions = services.sessions
         return {"running": engine.running, "waiting": engine.waiting,
+                "sessions": {"active": len(sessions), "busy": sum(s.busy for s in sessions.sessions()),
+                             "max_sessions": sessions.max_sessions,
+                             "by_language": dict(sessions.active_by_language())},
                 "max_concurrency": engine.max_concurrency, "max_queue": engine.max_queue,
                 "backend": getattr(engine.backend, "description", engine.backend.name),
                 "warm_pool": engine.backend.warm_sizes() if hasattr(engine.backend, "warm_sizes") else None,
@@ -208,7 +223,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version,
                                  description=app.description, routes=app.routes)
-            for model in ("RunCodeRequest", "EvaluateRequest", "CheckerIn"):
+            for model in ("RunCodeRequest", "EvaluateRequest", "CheckerIn", "SessionCreateRequest"):
                 schema["components"]["schemas"][model]["properties"]["language"]["enum"] = registry.languages
             app.openapi_schema = schema
         return app.openapi_schema

@@ -31,7 +31,7 @@ from typing import Iterable
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
 
 try:  # the classic text format by name (newer prometheus-client; Debian's is older)
@@ -122,6 +122,31 @@ class _EngineGauges:
         yield warm
 
 
+class _SessionGauges:
+    """Sessions, read from the registry at scrape time."""
+
+    def __init__(self, sessions) -> None:
+        self._sessions = sessions
+
+    def collect(self) -> Iterable:
+        sessions = self._sessions
+        active = GaugeMetricFamily("sandbox_sessions_active", "Sessions alive now, by language.",
+                                   labels=["language"])
+        for language, count in sorted(sessions.active_by_language().items()):
+            active.add_metric([language], count)
+        yield active
+        events = CounterMetricFamily(
+            "sandbox_sessions", "Sessions created, expired, deleted, forked and restarted "
+            "(interpreter started again), by language.", labels=["event", "language"])
+        for (event, language), count in sorted(sessions.totals.items()):
+            events.add_metric([event, language], count)
+        yield events
+        memory = [m for s in sessions.sessions() if (m := s.memory_now()) is not None]
+        yield GaugeMetricFamily("sandbox_session_memory_bytes",
+                                "Memory all session interpreters use now, together.",
+                                value=sum(memory))
+
+
 class Metrics:
     """This app's Prometheus metrics, in a registry of its own (several apps may share a process)."""
 
@@ -144,6 +169,9 @@ class Metrics:
             "sandbox_container_start_seconds",
             "From asking the backend for a sandbox to having it (warm pool hits included).",
             buckets=START_BUCKETS, registry=self.registry)
+        self.session_call_time = Histogram(
+            "sandbox_session_call_seconds", "Wall-clock time of a call in a session.",
+            ["language"], buckets=START_BUCKETS + (20.0, 30.0, 60.0, 120.0), registry=self.registry)
         self.registry.register(_EngineGauges(engine))
         ProcessCollector(registry=self.registry)  # RSS, CPU, open files of the server
 
@@ -221,6 +249,7 @@ class RunRecord:
     sandbox_id: str | None = None
     result_error_kind: str | None = None
     tests: dict | None = None  # /v1/evaluate: {"passed": n, "total": m}
+    session_id: str | None = None
     finished: bool = False
 
 
@@ -231,6 +260,9 @@ class Observability:
         self.audit = AuditLog(settings.audit_log)
         self.audited_paths = {"/run_code", "/v1/evaluate"}
         engine.on_sandbox_open = self.metrics.container_start.observe
+
+    def watch_sessions(self, sessions) -> None:
+        self.metrics.registry.register(_SessionGauges(sessions))
 
     def language_label(self, language: str | None) -> str:
         return language if language in self.languages else UNKNOWN_LANGUAGE
@@ -286,6 +318,7 @@ class Observability:
             "compile_cached": record.compile_cached,
             "tests": record.tests,
             "sandbox_id": record.sandbox_id,
+            "session_id": record.session_id,
             "error_kind": kind,
             "detail": _detail(error_body) if http_status >= 400 else None,
         })
@@ -369,6 +402,7 @@ def note_run_request(request: Request, req) -> None:
     if record is None:
         return
     record.language, record.code = req.language, req.code
+    record.session_id = getattr(req, "session_id", None)
     record.limits = {"compile_timeout_s": req.compile_timeout, "run_timeout_s": req.run_timeout,
                      "memory_mb": req.memory_limit_MB}
 

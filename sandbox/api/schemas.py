@@ -11,7 +11,7 @@ class RunCodeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
-    language: str = Field(description="python, cpp, java, nodejs, go, rust or sql.", examples=["python"])
+    language: str = Field(description="python, cpp, java, nodejs, go, rust, sql or bash.", examples=["python"])
     stdin: str | None = Field(None, description="Fed to the run step; null and \"\" both mean empty.",
                               examples=["olleh"])
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
@@ -22,6 +22,10 @@ class RunCodeRequest(BaseModel):
         description="Path (relative to the work directory) -> base64 content, placed before compiling.")
     fetch_files: list[str] = Field(
         default_factory=list, description="Paths read back after the run, returned base64 in `files`.")
+    session_id: str | None = Field(
+        None, description="Run in this session (POST /v1/sessions) instead of a fresh sandbox: "
+                          "python and bash keep their interpreter's state, every language its "
+                          "work directory. `memory_limit_MB` is then the session's.")
 
 
 StepStatusName = Literal["Finished", "TimeLimitExceeded", "Error"]
@@ -52,6 +56,10 @@ class RunCodeResponse(BaseModel):
     oom_killed: bool = Field(False, description="The out-of-memory killer stopped the program at its cap.")
     memory_limit_MB: int | None = Field(None, description="The memory cap applied.")
     sandbox_id: str | None = Field(None, description="Short id of the container that ran the job.")
+    session_id: str | None = Field(None, description="The session the code ran in, if any.")
+    session_restarted: bool = Field(
+        False, description="The session's interpreter was killed (deadline passed the interrupt, "
+                            "out of memory, or it exited) and started again: its state is gone.")
 
 
 # --- POST /v1/evaluate: one program against many test cases -------------------------------
@@ -86,7 +94,7 @@ class EvaluateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="The program text.")
-    language: str = Field(description="python, cpp, java, nodejs, go, rust or sql.")
+    language: str = Field(description="python, cpp, java, nodejs, go, rust, sql or bash.")
     tests: list[TestCaseIn] = Field(min_length=1, description="The test cases, run in order.")
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
     run_timeout: float = Field(10, description="Wall-clock limit of each test, seconds.")

@@ -57,6 +57,15 @@ def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
     return MemoryFacts(_read_int(v2 / "memory.peak"), _read_counter(v2 / "memory.events", "oom_kill"))
 
 
+def cgroup_memory_now(cgroups_path: str) -> int | None:
+    """Memory the cgroup uses now (v1 or v2), or None once it is gone."""
+    rel = cgroups_path.lstrip("/")
+    v1 = CGROUP_ROOT / "memory" / rel
+    if v1.is_dir():
+        return _read_int(v1 / "memory.usage_in_bytes")
+    return _read_int(CGROUP_ROOT / rel / "memory.current")
+
+
 def reset_peak(cgroups_path: str) -> bool:
     """Start a new peak measurement (cgroup v1: the peak becomes the current usage)."""
     v1 = CGROUP_ROOT / "memory" / cgroups_path.lstrip("/") / "memory.max_usage_in_bytes"

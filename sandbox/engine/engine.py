@@ -72,11 +72,11 @@ class Engine:
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False
                         ) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None)."""
-        async with self._slot():
+        async with self.slot():
             return await self._run_in_sandbox(job, cached, want_artifacts)
 
     @asynccontextmanager
-    async def _slot(self) -> AsyncIterator[None]:
+    async def slot(self) -> AsyncIterator[None]:
         """One of ``max_concurrency`` sandbox slots, waited for in a bounded queue."""
         if self._gate.locked() and self.waiting >= self.max_queue:
             raise Overloaded(f"{self.waiting} requests are already waiting")
@@ -104,7 +104,7 @@ class Engine:
             if claim.known_error:
                 yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
-            async with self._slot(), self._open(job) as box:
+            async with self.slot(), self._open(job) as box:
                 result = JobResult(sandbox_id=box.id[:12])
                 ok, claim.entry = await self._prepare(box, job, result, claim.cached, claim.owner)
                 if not ok:
@@ -168,25 +168,32 @@ class Engine:
     async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
                               want_artifacts: bool) -> tuple[JobResult, CachedCompile | None]:
         result = JobResult()
-        entry = None
-        limits, spec = job.limits, job.spec
         try:
             async with self._open(job) as box:
-                result.sandbox_id = box.id[:12]
-                compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
-                if not compiled:
-                    return result, entry
-                result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s,
-                                               limits.output_bytes)
-                await self._note_memory(box, result, job)
-                # A run stopped at its deadline or output cap took the sandbox with it.
-                if job.fetch_files and result.run.status is StepStatus.FINISHED \
-                        and not result.run.output_limited:
-                    result.files = await box.read_files(job.fetch_files, limits.fetch_bytes)
+                return await self.run_steps(box, job, cached, want_artifacts, result)
         except BackendError as exc:
-            log.warning("sandbox failure (%s): %s", spec.language, exc)
-            self._record_error(result, str(exc))
+            log.warning("sandbox failure (%s): %s", job.spec.language, exc)
+            self.record_error(result, str(exc))
             result.error_kind = exc.kind
+        return result, None
+
+    async def run_steps(self, box, job: Job, cached: CachedCompile | None = None,
+                        want_artifacts: bool = False, result: JobResult | None = None
+                        ) -> tuple[JobResult, CachedCompile | None]:
+        """Write, compile and run ``job`` in ``box`` (fresh, or a session's kept sandbox whose
+        work directory persists), then read back its ``fetch_files``. BackendError passes."""
+        result = result if result is not None else JobResult()
+        limits, spec = job.limits, job.spec
+        result.sandbox_id = box.id[:12]
+        compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
+        if not compiled:
+            return result, entry
+        result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s, limits.output_bytes)
+        await self._note_memory(box, result, job)
+        # A run stopped at its deadline or output cap took the sandbox with it.
+        if job.fetch_files and result.run.status is StepStatus.FINISHED \
+                and not result.run.output_limited:
+            result.files = await box.read_files(job.fetch_files, limits.fetch_bytes)
         return result, entry
 
     @staticmethod
@@ -208,7 +215,7 @@ class Engine:
         result.oom_killed = bool(killed and peak is not None and peak >= cap - OOM_SLACK_BYTES)
 
     @staticmethod
-    def _record_error(result: JobResult, message: str) -> None:
+    def record_error(result: JobResult, message: str) -> None:
         result.error = message
         step = StepResult(StepStatus.ERROR, None, 0.0, error=message)
         if result.compile is None and result.run is None:

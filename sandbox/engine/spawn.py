@@ -1,4 +1,4 @@
-"""Start a process with posix_spawn, its stdio on pipes and one extra descriptor as fd 3.
+"""Start a process with posix_spawn, its stdio on pipes and extra descriptors as fds 3, 4, ...
 
 asyncio's subprocess support cannot place a descriptor at a chosen number; a shell could
 (``3>&N``), at the cost of an extra exec per sandbox step. posix_spawn does it for free.
@@ -45,8 +45,9 @@ async def _writer(fd: int) -> asyncio.StreamWriter:
     return asyncio.StreamWriter(transport, protocol, None, loop)
 
 
-async def spawn(argv: list[str], fd3: int, env: dict[str, str]) -> Child:
-    """Run ``argv`` (argv[0] an absolute path) in a new session with ``fd3`` as its fd 3."""
+async def spawn(argv: list[str], fd3: int, env: dict[str, str], more_fds: tuple[int, ...] = ()) -> Child:
+    """Run ``argv`` (argv[0] an absolute path) in a new session with ``fd3`` as its fd 3
+    and ``more_fds`` as its fds 4, 5, ..."""
     loop = asyncio.get_running_loop()
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
@@ -54,7 +55,8 @@ async def spawn(argv: list[str], fd3: int, env: dict[str, str]) -> Child:
     try:
         pid = os.posix_spawn(argv[0], argv, env, setsid=True, file_actions=[
             (os.POSIX_SPAWN_DUP2, in_r, 0), (os.POSIX_SPAWN_DUP2, out_w, 1),
-            (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, fd3, 3)])
+            (os.POSIX_SPAWN_DUP2, err_w, 2), (os.POSIX_SPAWN_DUP2, fd3, 3),
+            *((os.POSIX_SPAWN_DUP2, fd, 4 + i) for i, fd in enumerate(more_fds))])
     except OSError:
         for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
             os.close(fd)

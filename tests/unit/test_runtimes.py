@@ -4,7 +4,7 @@ from sandbox.config import REPO_ROOT
 from sandbox.runtimes import RuntimeRegistry, RuntimeSpecError, UnknownLanguage
 
 EXPECTED_DEFAULTS = {"python": 1024, "cpp": 2048, "java": 2048, "nodejs": 512, "go": 1024,
-                     "sql": 512, "rust": 1024}
+                     "sql": 512, "rust": 1024, "bash": 512}
 
 
 def test_every_served_language_has_a_valid_spec_and_its_default_memory():

@@ -32,7 +32,7 @@ def test_openapi_documents_run_code(client):
 
 
 @pytest.mark.parametrize("body, fragment", [
-    ({"language": "cobol"}, "served languages: cpp, go, java, nodejs, python, rust, sql"),
+    ({"language": "cobol"}, "served languages: bash, cpp, go, java, nodejs, python, rust, sql"),
     ({"memory_limit_MB": 8192}, "ceiling of 4096 MB"),
     ({"memory_limit_MB": 0}, "memory_limit_MB must be -1"),
     ({"memory_limit_MB": -5}, "memory_limit_MB must be -1"),

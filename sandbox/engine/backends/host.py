@@ -25,9 +25,10 @@ def _umount(target: Path) -> None:
 
 
 def _umount_bundle(bundle_dir: Path) -> None:
-    """Unmount a job's work directory, then its bundle's tmpfs if it has one (else umount2
-    refuses a folder that is not a mount point: no-op)."""
+    """Unmount a job's work directory (and a session's control folder), then its bundle's
+    tmpfs if it has one (else umount2 refuses a folder that is not a mount point: no-op)."""
     _umount(bundle_dir / "work")
+    _umount(bundle_dir / "control")
     _umount(bundle_dir)
 
 

@@ -91,6 +91,11 @@ class OciSandbox:
     async def memory_facts(self) -> MemoryFacts:
         return self._facts
 
+    async def close(self) -> None:
+        """The work directory and the bundle go (every step's container is gone by now)."""
+        _umount_bundle(self.bundle_dir)
+        shutil.rmtree(self.bundle_dir, ignore_errors=True)
+
     def _config(self, args: Sequence[str], cgroups_path: str, workdir_writable: bool = True,
                 extra_mounts: Sequence[dict] = ()) -> dict:
         return bundle_config(args, rootfs=self._rootfs, env=self._env, limits=self._limits,
@@ -100,9 +105,11 @@ class OciSandbox:
                              workdir_writable=workdir_writable, extra_mounts=extra_mounts)
 
 
-    async def _start(self, args: Sequence[str], workdir_writable: bool = True):
-        """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us.
-        Returns (runtime process, our end of the socket, container name, cgroup path)."""
+    async def _start(self, args: Sequence[str], workdir_writable: bool = True,
+                     extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = ()):
+        """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us
+        (and ``more_fds`` as fds 4, ...). Returns (runtime process, our end of the socket,
+        container name, cgroup path)."""
         self._steps += 1
         name = f"{self.id}-{self._steps}"
         step_dir = self.bundle_dir / f"step{self._steps}"
@@ -110,7 +117,7 @@ class OciSandbox:
         try:
             step_dir.mkdir()
             (step_dir / "config.json").write_text(
-                json.dumps(self._config(args, cgroups_path, workdir_writable)))
+                json.dumps(self._config(args, cgroups_path, workdir_writable, extra_mounts)))
         except OSError as exc:  # a full disk, most likely
             raise SandboxUnavailable(
                 f"cannot write the sandbox's bundle under {self._backend.run_dir}: {exc.strerror}; "
@@ -118,14 +125,19 @@ class OciSandbox:
         ours, theirs = socket.socketpair()
         try:
             proc = await spawn(self._backend.command("run", "--bundle", str(step_dir),
-                                                     "--preserve-fds", "1", name),
-                               theirs.fileno(), RUNTIME_ENV)
+                                                     "--preserve-fds", str(1 + len(more_fds)), name),
+                               theirs.fileno(), RUNTIME_ENV, more_fds)
         except OSError as exc:
             ours.close()
             raise SandboxUnavailable(f"cannot start {self._backend.runtime}: {exc}") from exc
         finally:
             theirs.close()
         return proc, ours, name, cgroups_path
+
+    def _forget_step(self, name: str) -> None:
+        """A finished step's bundle folder: the runtime read its config.json at start. A
+        session runs many steps in one sandbox, and the bundle tmpfs is small."""
+        shutil.rmtree(self.bundle_dir / f"step{name.rsplit('-', 1)[1]}", ignore_errors=True)
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
@@ -142,6 +154,7 @@ class OciSandbox:
                 await self._backend.kill(name)
                 proc.kill()
                 await _wait_exit(proc, self._backend.runtime)
+            self._forget_step(name)
 
     @asynccontextmanager
     async def test_session(self, budget_s: float) -> AsyncIterator["OciTestSession"]:
@@ -348,6 +361,15 @@ class OciBackend:
 
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[OciSandbox]:
+        box = await self.open_kept(image, limits)
+        try:
+            yield box
+        finally:
+            await box.close()
+
+    async def open_kept(self, image: str, limits: Limits) -> OciSandbox:
+        """A sandbox that outlives the request that made it (a session's): its work directory
+        stays until ``close()``."""
         rootfs, env = self.rootfs.known(image) or await asyncio.to_thread(self.rootfs.prepare, image)
         job_id = uuid.uuid4().hex[:12]
         box = OciSandbox(self, job_id, rootfs, env, limits)
@@ -366,11 +388,15 @@ class OciBackend:
             _umount_bundle(box.bundle_dir)
             shutil.rmtree(box.bundle_dir, ignore_errors=True)
             raise SandboxUnavailable(f"cannot make a work directory (the OCI backend needs root): {exc}") from exc
-        try:
-            yield box
-        finally:
-            _umount_bundle(box.bundle_dir)
-            shutil.rmtree(box.bundle_dir, ignore_errors=True)
+        return box
+
+    def live_process(self, box: OciSandbox, argv: Sequence[str], limits: Limits):
+        """A long-lived container in ``box`` running ``argv`` (a session's interpreter)."""
+        from .oci_live import LiveProcess
+
+        # The control folder holds a call's code and stdin, and its capped outputs.
+        control_mb = 2 * (limits.output_bytes >> 20) + 2 + 128
+        return LiveProcess(box, argv, control_mb)
 
     def _remove_leftovers(self) -> int:
         removed = 0

@@ -1,0 +1,196 @@
+"""The interpreter of a Python session (sandbox/sessions/): one process per session whose
+globals, imports and open objects live from one call to the next, like a notebook kernel.
+
+fd 4 is the server's control socket; the control folder (argv[1]) is the server's, read-only
+for us but for the output files it made for each call. Per call the server writes
+<seq>.code and <seq>.stdin, makes <seq>.out, <seq>.err and <seq>.display for us, and sends
+
+    RUN <seq> <display 0|1>\\n          run the cell
+    INT <seq>\\n                        interrupt it (KeyboardInterrupt), at its deadline
+
+We answer "DONE <seq> <exit code>\\n" once the cell is over: 0, 1 after an uncaught exception
+(its traceback on stderr), or SystemExit's code; the interpreter lives on either way. With
+display, <seq>.display gets one JSON line per result (the last expression's value, each
+matplotlib figure left open as PNG) and one for an uncaught exception, whose traceback then
+is not on stderr: what /run_jupyter answers. Everything runs as the sandbox's user: the cell could reach this socket, but only
+its own session is behind it.
+"""
+
+import ast
+import base64
+import builtins
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import sys
+import threading
+import traceback
+import types
+import warnings
+
+CONTROL = sys.argv[1]
+CELL_FILE = "<cell-%d>"
+# matplotlib draws off-screen; the figures a cell leaves open are returned as PNG, so its
+# plt.show() (a no-op here) must not warn about it.
+os.environ.setdefault("MPLBACKEND", "Agg")
+warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
+
+channel = socket.socket(fileno=4)
+commands: "queue.Queue[tuple[int, bool] | None]" = queue.Queue()
+current = None  # the seq of the cell running now, for INT
+main = types.ModuleType("__main__")
+main.__builtins__ = builtins
+sys.modules["__main__"] = main
+sys.path.insert(0, "/sandbox")
+sys.argv = [""]
+
+
+def listen() -> None:
+    """Reads the control socket beside the cell, so that an INT reaches a running cell."""
+    buffered = channel.makefile("rb")
+    for line in buffered:
+        parts = line.decode(errors="replace").split()
+        if len(parts) == 3 and parts[0] == "RUN" and parts[1].isdigit():
+            commands.put((int(parts[1]), parts[2] == "1"))
+        elif len(parts) == 2 and parts[0] == "INT" and parts[1].isdigit():
+            if current == int(parts[1]):
+                os.kill(os.getpid(), signal.SIGINT)
+    commands.put(None)  # the server is gone
+
+
+def path(seq: int, kind: str) -> str:
+    return os.path.join(CONTROL, f"{seq}.{kind}")
+
+
+def bind_stdio(seq: int) -> None:
+    """fds 0-2 on the call's files (so subprocesses' output is the cell's too), and new
+    sys.stdin/stdout/stderr over them as the interpreter makes them at start-up."""
+    fds = [os.open(path(seq, "stdin"), os.O_RDONLY),
+           os.open(path(seq, "out"), os.O_WRONLY | os.O_TRUNC | os.O_APPEND),
+           os.open(path(seq, "err"), os.O_WRONLY | os.O_TRUNC | os.O_APPEND)]
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)))
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True)
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True,
+                                                   errors="backslashreplace")
+
+
+def release_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a full output folder: the server flags it
+            pass
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
+
+
+def compile_cell(source: str, seq: int):
+    """(statements, last expression or None): a notebook shows the last expression's value."""
+    name = CELL_FILE % seq
+    tree = ast.parse(source, name)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = compile(ast.Expression(tree.body.pop().value), name, "eval")
+    return compile(tree, name, "exec"), last
+
+
+def remember_source(source: str, seq: int) -> None:
+    """Tracebacks quote the cell's lines, as IPython's do."""
+    import linecache
+
+    linecache.cache[CELL_FILE % seq] = (len(source), None, source.splitlines(True), CELL_FILE % seq)
+
+
+def figures() -> list[str]:
+    """The matplotlib figures the cell left open, as base64 PNG; they are closed after."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return []
+    images = []
+    for number in pyplot.get_fignums():
+        buffer = io.BytesIO()
+        pyplot.figure(number).savefig(buffer, format="png")
+        images.append(base64.b64encode(buffer.getvalue()).decode())
+    pyplot.close("all")
+    return images
+
+
+def exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1
+
+
+def run_cell(seq: int, display: bool) -> int:
+    global current
+    results = []
+    with open(path(seq, "code"), encoding="utf-8", errors="surrogateescape") as f:
+        source = f.read()
+    bind_stdio(seq)
+    code = 0
+    try:
+        current = seq
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        remember_source(source, seq)
+        body, last = compile_cell(source, seq)
+        exec(body, main.__dict__)
+        if last is not None:
+            value = eval(last, main.__dict__)
+            if display and value is not None:
+                results.append({"type": "display", "data": {"text/plain": repr(value)}})
+    except SystemExit as exc:
+        code = exit_code(exc.code)
+    except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like a notebook's
+        code = 1
+        tb = exc.__traceback__
+        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
+            tb = tb.tb_next  # the cell's own frames, not ours
+        lines = traceback.format_exception(type(exc), exc, tb)
+        if not display:  # a notebook shows it as the cell's error, not as its stderr
+            sys.stderr.write("".join(lines))
+        results.append({"type": "error", "ename": type(exc).__name__, "evalue": str(exc),
+                        "traceback": lines})
+    finally:
+        current = None
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if display:
+        try:
+            results += [{"type": "display", "data": {"image/png": png}} for png in figures()]
+        except Exception as exc:  # noqa: BLE001
+            sys.stderr.write(f"could not draw the figures: {exc!r}\n")
+        with open(path(seq, "display"), "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in results))
+    release_stdio()
+    return code
+
+
+def serve() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    release_stdio()
+    os.chdir("/sandbox")
+    threading.Thread(target=listen, daemon=True).start()
+    channel.sendall(b"READY\n")
+    while True:
+        command = commands.get()
+        if command is None:
+            return
+        seq, display = command
+        try:
+            code = run_cell(seq, display)
+        except KeyboardInterrupt:  # an INT that came as the cell ended
+            code = 1
+        channel.sendall(b"DONE %d %d\n" % (seq, code))
+
+
+serve()

@@ -1,0 +1,295 @@
+"""The HTTP side of sessions: /v1/sessions, /run_code with a `session_id`, /run_jupyter.
+
+It translates and routes only; sessions themselves live in ``sandbox/sessions``. A call for a
+session another replica owns is forwarded there (``peers``), so that one address serves all.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import math
+import time
+from datetime import datetime, timezone
+
+import httpx
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ..config import Settings
+from ..engine.models import Job
+from ..engine.output import decode_output
+from ..engine.paths import UnsafePath, confine
+from ..runtimes import RuntimeRegistry
+from ..sessions import (BadSessionId, NotOwned, Session, SessionGone, SessionRegistry,
+                        SessionsFull, parse_session_id)
+from .observability import note_run_request, note_run_result
+from .schemas import RunCodeRequest, RunCodeResponse
+from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse,
+                              SessionCreated, SessionCreateRequest, SessionForked, SessionList,
+                              SessionState)
+from .translate import HOSTNAME, InvalidRequest, _decode_files, _memory, build_job, to_response
+
+FORWARDED_HEADER = "X-Sandbox-Forwarded-By"
+NOT_FOUND = "session {id} not found (deleted, expired, or the server restarted)"
+JUPYTER_GRACE_S = 30.0
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds") \
+        .replace("+00:00", "Z")
+
+
+def _mb(value: int | None) -> float | None:
+    return round(value / (1024 * 1024), 2) if value is not None else None
+
+
+def _created(session: Session) -> dict:
+    return {"session_id": session.id, "language": session.spec.language,
+            "memory_limit_MB": session.limits.memory_mb, "idle_timeout_s": session.idle_timeout_s,
+            "max_lifetime_s": session.max_lifetime_s, "expires_at": _iso(session.expires_at)}
+
+
+def _state(session: Session) -> SessionState:
+    return SessionState(
+        **_created(session), created_at=_iso(session.created), last_used_at=_iso(session.last_used),
+        executions=session.executions, memory_MB=_mb(session.memory_now()),
+        memory_peak_MB=_mb(session.peak_memory_bytes), alive=not session.closed,
+        busy=session.busy, stateful=session.stateful,
+        restarts=session.interpreter.restarts if session.interpreter else 0,
+        forked_from=session.forked_from)
+
+
+def _lifetime(name: str, value: float | None, default: float, settings: Settings) -> float:
+    if value is None:
+        return default
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidRequest(f"{name} must be a positive number of seconds, got {value}")
+    if value > settings.max_session_lifetime_s:
+        raise InvalidRequest(f"{name} {value:g} s is above this server's ceiling of "
+                             f"{settings.max_session_lifetime_s:g} s (SANDBOX_MAX_SESSION_LIFETIME_S)")
+    return float(value)
+
+
+def _session_job(req: RunCodeRequest, session: Session, registry: RuntimeRegistry,
+                 settings: Settings) -> Job:
+    """A /run_code request as a call in ``session``: its language must be the session's; the
+    memory cap is the session's (set at create)."""
+    if req.language != session.spec.language:
+        raise InvalidRequest(f"session {session.id} runs {session.spec.language}, not "
+                             f"{req.language}; send language {session.spec.language!r} or "
+                             f"create a {req.language} session")
+    job = build_job(req, registry, settings)
+    return dataclasses.replace(job, limits=dataclasses.replace(
+        job.limits, memory_mb=session.limits.memory_mb))
+
+
+async def _forward(request: Request, replica: str, settings: Settings) -> Response:
+    """Send ``request`` on to the replica that owns its session; its answer is ours."""
+    url = settings.peers.get(replica) or (settings.peer_url_template.replace("{replica}", replica)
+                                          if settings.peer_url_template else "")
+    if not url or request.headers.get(FORWARDED_HEADER):
+        detail = (f"session owned by replica {replica!r}, which this server "
+                  f"({settings.replica!r}) cannot reach: name it in SANDBOX_PEERS or "
+                  f"SANDBOX_PEER_URL_TEMPLATE") if not url else "session forwarded in a loop"
+        return JSONResponse(status_code=404, content={"detail": f"{detail}; or the session does "
+                                                                f"not exist"})
+    headers = {k: v for k, v in request.headers.items()
+               if k.lower() in ("authorization", "x-api-key", "content-type", "x-request-id")}
+    headers[FORWARDED_HEADER] = settings.replica
+    try:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0)) as client:
+            answer = await client.request(request.method, url.rstrip("/") + request.url.path,
+                                          params=request.query_params, content=await request.body(),
+                                          headers=headers)
+    except httpx.HTTPError as exc:
+        return JSONResponse(status_code=502, content={
+            "detail": f"replica {replica!r} that owns the session did not answer at {url}: {exc}"})
+    return Response(content=answer.content, status_code=answer.status_code,
+                    media_type=answer.headers.get("content-type"))
+
+
+def install_session_errors(app) -> None:
+    @app.exception_handler(SessionGone)
+    async def gone(request: Request, exc: SessionGone):
+        return JSONResponse(status_code=404, content={"detail": NOT_FOUND.format(id=exc.args[0])})
+
+    @app.exception_handler(BadSessionId)
+    async def bad_id(request: Request, exc: BadSessionId):
+        return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(SessionsFull)
+    async def full(request: Request, exc: SessionsFull):
+        return JSONResponse(status_code=503, headers={"Retry-After": "5"}, content={"detail": str(exc)})
+
+
+async def run_in_session(req: RunCodeRequest, services, request: Request) -> RunCodeResponse | Response:
+    """POST /run_code with a `session_id`: the call runs in that session."""
+    sessions: SessionRegistry = services.sessions
+    try:
+        session = sessions.get(req.session_id)
+    except NotOwned as exc:
+        return await _forward(request, exc.replica, services.settings)
+    note_run_request(request, req)
+    job = _session_job(req, session, services.registry, services.settings)
+    started = time.perf_counter()
+    outcome = await session.run(services.engine, job)
+    engine_s = time.perf_counter() - started
+    if outcome.restarted:
+        sessions.note_restart(session)
+    body = to_response(outcome.job, job, req.fetch_files)
+    note_run_result(request, job, outcome.job, body.status, engine_s)
+    request.app.state.ops.metrics.session_call_time.labels(session.spec.language).observe(engine_s)
+    body.session_id = session.id
+    body.session_restarted = outcome.restarted
+    if outcome.restarted:
+        why = ("out of memory" if outcome.job.oom_killed else "timed out" if body.run_result and
+               body.run_result.status == "TimeLimitExceeded" else "the interpreter ended")
+        body.message = (body.message + "; " if body.message else "") + \
+            f"session restarted ({why}): its interpreter state is gone, the work directory kept"
+    return body
+
+
+def session_router(services) -> APIRouter:
+    router = APIRouter(tags=["Sessions"])
+    settings: Settings = services.settings
+    sessions: SessionRegistry = services.sessions
+
+    def owned(session_id: str, request: Request):
+        """The session, or the replica to forward to."""
+        try:
+            return sessions.get(session_id), None
+        except NotOwned as exc:
+            return None, exc.replica
+
+    @router.post("/v1/sessions", status_code=201, response_model=SessionCreated,
+                 summary="Start a session: a fresh container kept between calls",
+                 responses={422: {"description": "Bad request; `detail` says why."},
+                            503: {"description": "The server holds its most sessions; retry "
+                                                 "after `Retry-After` s."}})
+    async def create(req: SessionCreateRequest) -> SessionCreated:
+        try:
+            spec = services.registry.get(req.language)
+        except LookupError as exc:
+            raise InvalidRequest(str(exc)) from None
+        if settings.max_sessions == 0:
+            raise SessionsFull("sessions are turned off on this server (SANDBOX_MAX_SESSIONS=0)")
+        allowed = settings.for_language(spec.language, spec.memory_mb)
+        idle = _lifetime("idle_timeout_s", req.idle_timeout_s, settings.session_idle_timeout_s, settings)
+        lifetime = _lifetime("max_lifetime_s", req.max_lifetime_s, settings.session_max_lifetime_s,
+                             settings)
+        probe = build_job(RunCodeRequest(code="", language=spec.language), services.registry, settings)
+        limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
+        try:
+            files = _decode_files(req.files, settings)
+        except UnsafePath as exc:
+            raise InvalidRequest(str(exc)) from None
+        session = await sessions.create(spec, limits, idle, lifetime, files)
+        return SessionCreated(**_created(session))
+
+    @router.get("/v1/sessions", response_model=SessionList, summary="Sessions of this replica (paged)")
+    async def list_sessions(offset: int = Query(0, ge=0), limit: int = Query(100, ge=1, le=1000)):
+        everything = sessions.sessions()
+        return SessionList(sessions=[_state(s) for s in everything[offset:offset + limit]],
+                           total=len(everything), offset=offset, limit=limit)
+
+    @router.get("/v1/sessions/{session_id}", response_model=SessionState,
+                summary="A session's state",
+                responses={404: {"description": "No such session (deleted, expired, restarted server)."},
+                           422: {"description": "Not a session id."}})
+    async def get(session_id: str, request: Request):
+        session, replica = owned(session_id, request)
+        if session is None:
+            return await _forward(request, replica, settings)
+        return _state(session)
+
+    @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=SessionForked,
+                 summary="A new, independent session in this one's state",
+                 responses={404: {"description": "No such session."},
+                            503: {"description": "No room for another session."}})
+    async def fork(session_id: str, request: Request):
+        session, replica = owned(session_id, request)
+        if session is None:
+            return await _forward(request, replica, settings)
+        child, mode = await sessions.fork(session_id)
+        return SessionForked(**_created(child), parent_id=session_id, fork_mode=mode,
+                             replayed_calls=len(child.history) if mode == "replay" else 0)
+
+    @router.delete("/v1/sessions/{session_id}", status_code=204,
+                   summary="End a session: its container and files are gone",
+                   responses={404: {"description": "No such session."}})
+    async def delete(session_id: str, request: Request):
+        session, replica = owned(session_id, request)
+        if session is None:
+            return await _forward(request, replica, settings)
+        await sessions.delete(session_id)
+        return Response(status_code=204)
+
+    @router.post("/run_jupyter", response_model=RunJupyterResponse, tags=["SandboxFusion"],
+                 summary="Run notebook cells in order in one fresh Python session",
+                 responses={422: {"description": "Bad request; `detail` says why."},
+                            503: {"description": "No room for another session."}})
+    async def run_jupyter(req: RunJupyterRequest) -> RunJupyterResponse:
+        return await _jupyter(req, services)
+
+    return router
+
+
+async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
+    settings: Settings = services.settings
+    spec = services.registry.get("python")
+    allowed = settings.for_language(spec.language, spec.memory_mb)
+    if req.total_timeout > settings.max_timeout_s or (req.cell_timeout or 0) > settings.max_timeout_s:
+        raise InvalidRequest(f"total_timeout and cell_timeout must be at most "
+                             f"{settings.max_timeout_s:g} s (SANDBOX_MAX_TIMEOUT_S)")
+    probe = build_job(RunCodeRequest(code="", language="python", fetch_files=req.fetch_files,
+                                     files=req.files), services.registry, settings)
+    limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
+    session = await services.sessions.create(spec, limits, req.total_timeout + JUPYTER_GRACE_S,
+                                             req.total_timeout + JUPYTER_GRACE_S, probe.files)
+    cells: list[JupyterCell] = []
+    status, message = "Success", ""
+    files: dict[str, str] = {}
+    deadline = time.monotonic() + req.total_timeout
+    try:
+        for index, code in enumerate(req.cells):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status, message = "Failed", f"total_timeout {req.total_timeout:g} s passed before cell {index}"
+                break
+            timeout = min(left, req.cell_timeout) if req.cell_timeout else left
+            job = Job(spec=spec, code=code, stdin=b"", files={}, fetch_files=(),
+                      limits=dataclasses.replace(limits, run_timeout_s=timeout))
+            outcome = await session.run(services.engine, job, display=True, log=False)
+            result, step = outcome.job, outcome.job.run
+            if result.error:
+                status, message = "SandboxError", result.error
+                break
+            cell = JupyterCell(stdout=decode_output(step.stdout), stderr=decode_output(step.stderr))
+            for item in outcome.displays:
+                if item.get("type") == "display":
+                    cell.display.append(item.get("data", {}))
+                elif item.get("type") == "error":
+                    cell.error.append({k: item.get(k) for k in ("ename", "evalue", "traceback")})
+            if step.status.value == "TimeLimitExceeded":
+                cell.error.append({"ename": "TimeoutError", "evalue": f"cell {index} timed out after "
+                                   f"{timeout:g} s", "traceback": []})
+            if result.oom_killed:
+                cell.error.append({"ename": "MemoryError", "evalue": f"cell {index} ran out of memory "
+                                   f"(cap {limits.memory_mb} MB)", "traceback": []})
+            cells.append(cell)
+            if cell.error and status == "Success":
+                status, message = "Failed", f"cell {index}: {cell.error[0]['ename']}"
+        if status != "SandboxError" and probe.fetch_files:
+            found = await session.box.read_files(probe.fetch_files, settings.max_fetch_bytes)
+            for original in req.fetch_files:
+                data = found.get(confine(original))
+                if data is not None:
+                    files[original] = base64.b64encode(data).decode()
+    finally:
+        await services.sessions.remove(session)
+    return RunJupyterResponse(status=status, message=message, cells=cells,
+                              executor_pod_name=HOSTNAME, files=files)
+
+
+__all__ = ["install_session_errors", "run_in_session", "session_router", "parse_session_id"]

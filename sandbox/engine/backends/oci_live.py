@@ -1,0 +1,178 @@
+"""A long-lived container in a kept sandbox (OCI backend): the interpreter of a session.
+
+Unlike a step, it runs until told to stop, over the sandbox's work directory, with two ways
+to the server: fd 3 is ``sandbox-init``'s status socket (it says when the interpreter ended,
+and how), fd 4 the interpreter's control socket. A control folder, a tmpfs the server owns,
+is mounted at ``CONTROL_MOUNT``: the server writes each call's code and stdin there and makes
+empty output files the sandbox's user may write; the user cannot create, replace or link
+anything there, so the server reads the outputs back safely. What is said over the control
+socket is the sessions room's business (``sandbox/sessions/interpreter.py``); this module
+starts, watches and stops the container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from pathlib import Path
+from typing import Sequence
+
+from ..cgroups import MemoryFacts, cgroup_memory_facts, cgroup_memory_now, reset_peak
+from ..output import CappedBuffer
+from .base import SANDBOX_UID, BackendError, SandboxUnavailable
+from .host import _mount_tmpfs
+from .oci import INIT, OciSandbox, _wait_exit
+
+CONTROL_MOUNT = "/run/sandbox-session"
+READY_TIMEOUT_S = 30.0
+# sandbox-init's own deadline past the session's lifetime: should the server die, the
+# container ends on its own.
+LIFETIME_GRACE_S = 30.0
+
+
+class LiveProcess:
+    """The container running ``argv`` (plus the control folder's path) in ``box``."""
+
+    def __init__(self, box: OciSandbox, argv: Sequence[str], control_mb: int) -> None:
+        self.box = box
+        self.argv = list(argv)
+        self.control_dir = box.bundle_dir / "control"
+        self._control_mb = control_mb
+        self._proc = None
+        self._name = ""
+        self.cgroups_path = ""
+        self._status_sock: socket.socket | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.reader: asyncio.StreamReader | None = None
+        self.ended: asyncio.Task | None = None  # result: the interpreter's exit status line
+        self._drains: list[asyncio.Task] = []
+        self.diagnostics = CappedBuffer(16 << 10)
+
+    async def start(self, lifetime_s: float) -> None:
+        """Start the container and wait for the interpreter's READY."""
+        if not self.control_dir.is_dir():
+            try:
+                self.control_dir.mkdir()
+                _mount_tmpfs(self.control_dir, f"size={self._control_mb}m,mode=0755")
+            except OSError as exc:
+                raise SandboxUnavailable(f"cannot make the session's control folder: {exc}") from exc
+        ours_ctl, theirs_ctl = socket.socketpair()
+        mount = {"destination": CONTROL_MOUNT, "type": "bind", "source": str(self.control_dir),
+                 "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]}
+        deadline_ms = int((lifetime_s + LIFETIME_GRACE_S) * 1000)
+        try:
+            self._proc, self._status_sock, self._name, self.cgroups_path = await self.box._start(
+                [INIT, "--deadline-ms", str(deadline_ms), "--", *self.argv, CONTROL_MOUNT],
+                extra_mounts=[mount], more_fds=(theirs_ctl.fileno(),))
+        except BaseException:
+            ours_ctl.close()
+            raise
+        finally:
+            theirs_ctl.close()
+        self.diagnostics = CappedBuffer(16 << 10)
+        self._drains = [asyncio.create_task(self._drain(self._proc.stdout)),
+                        asyncio.create_task(self._drain(self._proc.stderr))]
+        self.reader, self._writer = await asyncio.open_connection(sock=ours_ctl, limit=1 << 16)
+        self.ended = asyncio.create_task(self._watch_status())
+        ready = asyncio.create_task(self.reader.readline())
+        done, _ = await asyncio.wait({ready, self.ended}, timeout=READY_TIMEOUT_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if ready not in done or ready.result() != b"READY\n":
+            ready.cancel()
+            why = (f"ended ({self.ended.result()})" if self.ended.done() and not self.ended.exception()
+                   else f"did not answer within {READY_TIMEOUT_S:g} s")
+            await self.stop()
+            raise BackendError(f"the session's interpreter {why}: {self.said()[-400:]}")
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        while chunk := await stream.read(1 << 16):
+            self.diagnostics.write(chunk)
+
+    def said(self) -> str:
+        """What the runtime and init wrote (start-up failures)."""
+        return self.diagnostics.getvalue().decode(errors="replace").strip()
+
+    async def _watch_status(self) -> str:
+        """init's line once the interpreter ended ("exit N ..." or "signal N ..."); "" if init
+        itself went."""
+        loop = asyncio.get_running_loop()
+        sock = self._status_sock
+        sock.setblocking(False)
+        data = b""
+        while not data.endswith(b"\n"):
+            chunk = await loop.sock_recv(sock, 256)
+            if not chunk:
+                break
+            data += chunk
+        return data.decode(errors="replace").strip()
+
+    async def send(self, data: bytes) -> None:
+        self._writer.write(data)
+        await self._writer.drain()
+
+    def reset_peak(self) -> None:
+        reset_peak(self.cgroups_path)
+
+    def memory_facts(self) -> MemoryFacts:
+        return cgroup_memory_facts(self.cgroups_path)
+
+    def memory_now(self) -> int | None:
+        return cgroup_memory_now(self.cgroups_path)
+
+    async def stop(self) -> None:
+        """Kill the container and wait for it to go; the work directory stays."""
+        if self._proc is None:
+            return
+        proc, self._proc = self._proc, None
+        if self.ended is not None and not self.ended.done():
+            self.ended.cancel()
+            await asyncio.wait({self.ended})
+        if self._writer is not None:
+            self._writer.close()
+        with contextlib.suppress(OSError):
+            self._status_sock.close()  # lets init exit, should the interpreter be gone already
+        if proc.returncode is None:
+            await self.box._backend.kill(self._name)
+            try:
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await _wait_exit(proc, self.box._backend.runtime)
+        await asyncio.wait(self._drains, timeout=2.0)
+        for task in self._drains:
+            task.cancel()
+        self.box._forget_step(self._name)
+
+    # The control folder: our files, made by the server (root) before each call.
+
+    def write_control(self, name: str, data: bytes) -> None:
+        with open(os.open(self.control_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                          | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb") as f:
+            f.write(data)
+
+    def make_output(self, name: str) -> None:
+        """An empty file the interpreter may write (and nothing else there)."""
+        fd = os.open(self.control_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
+        finally:
+            os.close(fd)
+
+    def read_control(self, name: str, limit: int) -> tuple[bytes, bool]:
+        """(at most ``limit`` bytes of the file, whether there was more)."""
+        path: Path = self.control_dir / name
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return b"", False
+        with open(fd, "rb") as f:
+            data = f.read(limit + 1)
+        return data[:limit], len(data) > limit
+
+    def remove_control(self, names: Sequence[str]) -> None:
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.control_dir / name)

@@ -1,0 +1,138 @@
+"""The server's side of a session's interpreter (images/python/python-session.py,
+images/bash/bash-session.sh): one call at a time over the control socket.
+
+Per call: the code and stdin go into the control folder, with empty output files for the
+interpreter to fill; ``RUN <seq> <display>`` starts it; ``DONE <seq> <exit code>`` ends it.
+At the deadline ``INT <seq>`` interrupts it (Python: KeyboardInterrupt); if it is not over
+within ``INTERRUPT_GRACE_S`` the container is killed and a fresh interpreter started over
+the same work directory: the reply says so (``restarted``), as after the interpreter died
+(out of memory, ``exit`` in a shell, a crash).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+
+from ..engine.backends import BackendError
+from ..engine.models import StepResult, StepStatus
+
+INTERRUPT_GRACE_S = 1.0
+MAX_DISPLAY_BYTES = 16 << 20
+
+
+@dataclass
+class CallResult:
+    step: StepResult
+    restarted: bool = False          # the interpreter was started again: its state is gone
+    oom_killed: bool = False
+    peak_memory_bytes: int | None = None
+    displays: list[dict] = field(default_factory=list)  # with display: results and errors
+
+
+def _exit_code(status_line: str) -> int | None:
+    parts = status_line.split()
+    if len(parts) >= 2 and parts[0] in ("exit", "signal") and parts[1].lstrip("-").isdigit():
+        return int(parts[1]) if parts[0] == "exit" else -int(parts[1])
+    return None
+
+
+class Interpreter:
+    """Drives one session's ``LiveProcess``; the caller serialises calls."""
+
+    def __init__(self, live) -> None:
+        self.live = live
+        self._seq = 0
+        self.restarts = 0
+
+    async def start(self, lifetime_s: float) -> None:
+        await self.live.start(lifetime_s)
+
+    async def stop(self) -> None:
+        await self.live.stop()
+
+    async def restart(self, lifetime_s: float) -> None:
+        await self.live.stop()
+        self.restarts += 1
+        await self.live.start(lifetime_s)
+
+    async def call(self, code: str, stdin: bytes, timeout_s: float, output_limit: int,
+                   lifetime_left_s: float, display: bool = False) -> CallResult:
+        live = self.live
+        self._seq += 1
+        seq = self._seq
+        names = {kind: f"{seq}.{kind}" for kind in ("code", "stdin", "out", "err", "display")}
+        try:
+            live.write_control(names["code"], code.encode("utf-8", "surrogateescape"))
+            live.write_control(names["stdin"], stdin)
+            for kind in ("out", "err", "display"):
+                live.make_output(names[kind])
+        except OSError as exc:
+            live.remove_control(list(names.values()))
+            raise BackendError(f"cannot hand the call to the session's interpreter: {exc}") from exc
+        live.reset_peak()
+        oom_before = live.memory_facts().oom_kills
+        started = time.monotonic()
+        try:
+            await live.send(b"RUN %d %d\n" % (seq, int(display)))
+        except OSError:
+            pass  # the interpreter is gone: ``ended`` says how
+        answer = asyncio.create_task(self._done(seq))
+        done, _ = await asyncio.wait({answer, live.ended}, timeout=timeout_s,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        timed_out = not done
+        if timed_out:
+            try:
+                await live.send(b"INT %d\n" % seq)
+            except OSError:
+                pass
+            done, _ = await asyncio.wait({answer, live.ended}, timeout=INTERRUPT_GRACE_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+        wall = time.monotonic() - started
+        exit_code = answer.result() if answer in done and answer.exception() is None else None
+        if not answer.done():
+            answer.cancel()
+        needs_restart = exit_code is None
+        if needs_restart and not timed_out:
+            # The control socket closed as the interpreter died; init reports how just after.
+            await asyncio.wait({live.ended}, timeout=2.0)
+        if needs_restart and live.ended.done() and not timed_out:
+            exit_code = _exit_code(live.ended.result())  # the interpreter died: how
+        facts = live.memory_facts()
+        oom = (facts.oom_kills is not None and oom_before is not None
+               and facts.oom_kills > oom_before)
+        stdout, out_cut = live.read_control(names["out"], output_limit)
+        stderr, err_cut = live.read_control(names["err"], output_limit)
+        displays = []
+        if display:
+            raw, _ = live.read_control(names["display"], MAX_DISPLAY_BYTES)
+            for line in raw.splitlines():
+                try:
+                    displays.append(json.loads(line))
+                except ValueError:
+                    pass  # a cell that wrote into the file itself
+        live.remove_control(list(names.values()))
+        if needs_restart:
+            await self.restart(lifetime_left_s)
+        if timed_out:
+            step = StepResult(StepStatus.TIME_LIMIT, None, wall, stdout, stderr, out_cut, err_cut)
+        else:
+            if exit_code is None:
+                exit_code = -9  # the interpreter ended without a word: killed
+            step = StepResult(StepStatus.FINISHED, exit_code, wall, stdout, stderr, out_cut, err_cut)
+        return CallResult(step, restarted=needs_restart, oom_killed=oom,
+                          peak_memory_bytes=facts.peak_bytes, displays=displays)
+
+    async def _done(self, seq: int) -> int:
+        """The exit code in ``DONE <seq> <code>``; other lines (a cell may write to the socket
+        too) are skipped."""
+        while True:
+            line = await self.live.reader.readline()
+            if not line:
+                raise EOFError("the interpreter closed its control socket")
+            parts = line.split()
+            if len(parts) == 3 and parts[0] == b"DONE" and parts[1] == b"%d" % seq \
+                    and parts[2].lstrip(b"-").isdigit():
+                return int(parts[2])

@@ -1,0 +1,196 @@
+"""One session: a kept sandbox (its work directory lives as long as the session) and, for a
+language with a session interpreter (python, bash), that interpreter in a long-lived
+container. Other languages run each call as /run_code would, over the same work directory.
+
+Calls run one at a time in arrival order (``lock``, FIFO). What changed the state is logged
+(``history``) so that a fork can replay it into a fresh session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from dataclasses import dataclass, field
+
+from ..engine import Engine
+from ..engine.backends import BackendError
+from ..engine.models import Job, JobResult, Limits, StepStatus
+from ..runtimes import RuntimeSpec
+from .interpreter import CallResult, Interpreter
+
+
+class SessionGone(LookupError):
+    """The session was deleted or expired (HTTP 404)."""
+
+
+@dataclass
+class Call:
+    """A call as logged for replay: what reached the session, not what it answered."""
+
+    code: str
+    stdin: bytes
+    files: dict[str, bytes]
+    timeout_s: float
+    restarted_after: bool = False  # the interpreter was started again after this call
+
+
+@dataclass
+class SessionResult:
+    job: JobResult
+    restarted: bool = False
+    displays: list[dict] = field(default_factory=list)
+
+
+class Session:
+    def __init__(self, session_id: str, spec: RuntimeSpec, limits: Limits, idle_timeout_s: float,
+                 max_lifetime_s: float, files: dict[str, bytes]) -> None:
+        self.id = session_id
+        self.spec = spec
+        self.limits = limits
+        self.idle_timeout_s = idle_timeout_s
+        self.max_lifetime_s = max_lifetime_s
+        self.files = files                  # given at create: a replay starts from them
+        self.created = time.time()
+        self.last_used = self.created
+        self._born = time.monotonic()
+        self._last_used_mono = self._born
+        self.executions = 0
+        self.busy = False
+        self.closed = False
+        self.lock = asyncio.Lock()
+        self.history: list[Call] = []
+        self.box = None
+        self.interpreter: Interpreter | None = None
+        self.peak_memory_bytes: int | None = None
+        self.forked_from: str | None = None
+
+    @property
+    def stateful(self) -> bool:
+        """Whether an interpreter keeps state beyond the work directory."""
+        return self.spec.session is not None
+
+    # Time
+
+    def lifetime_left_s(self) -> float:
+        return self.max_lifetime_s - (time.monotonic() - self._born)
+
+    def idle_s(self) -> float:
+        return 0.0 if self.busy else time.monotonic() - self._last_used_mono
+
+    def expired(self) -> str | None:
+        """Why the session is over, or None."""
+        if self.lifetime_left_s() <= 0:
+            return "lifetime"
+        if not self.busy and self.idle_s() >= self.idle_timeout_s:
+            return "idle"
+        return None
+
+    @property
+    def expires_at(self) -> float:
+        """Wall-clock time at which it ends if left alone from now."""
+        by_lifetime = self.created + self.max_lifetime_s
+        by_idle = (time.time() if self.busy else self.last_used) + self.idle_timeout_s
+        return min(by_lifetime, by_idle)
+
+    # Life
+
+    async def open(self, engine: Engine) -> None:
+        backend = engine.backend
+        if not hasattr(backend, "open_kept"):
+            raise BackendError(f"sessions need the oci backend; this server runs "
+                               f"{backend.name} (SANDBOX_BACKEND=oci)")
+        self.box = await backend.open_kept(self.spec.image, self.limits)
+        try:
+            if self.files:
+                await self.box.write_files(self.files)
+            if self.stateful:
+                self.interpreter = Interpreter(backend.live_process(
+                    self.box, self.spec.session, self.limits))
+                await self.interpreter.start(self.lifetime_left_s())
+        except BaseException:
+            await self.box.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop the interpreter (a call in flight ends with it), then remove everything."""
+        self.closed = True
+        if self.interpreter is not None:
+            await self.interpreter.stop()
+        async with self.lock:  # the call in flight, if any, has returned
+            if self.box is not None:
+                await self.box.close()
+                self.box = None
+
+    def memory_now(self) -> int | None:
+        if self.interpreter is None:
+            return None
+        return self.interpreter.live.memory_now()
+
+    # Calls
+
+    async def run(self, engine: Engine, job: Job, display: bool = False,
+                  log: bool = True) -> SessionResult:
+        """Run one call (``job``: code, stdin, files, fetch_files, limits) in the session."""
+        async with self.lock:
+            if self.closed:
+                raise SessionGone(self.id)
+            self.busy = True
+            try:
+                async with engine.slot():
+                    result = await self._run(engine, job, display)
+            finally:
+                self.busy = False
+                self.executions += 1
+                self.last_used = time.time()
+                self._last_used_mono = time.monotonic()
+            if log:
+                self.history.append(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
+                                         restarted_after=result.restarted))
+            peak = result.job.peak_memory_bytes
+            if peak is not None:
+                self.peak_memory_bytes = max(self.peak_memory_bytes or 0, peak)
+            return result
+
+    async def _run(self, engine: Engine, job: Job, display: bool) -> SessionResult:
+        result = JobResult(sandbox_id=self.box.id[:12])
+        try:
+            if job.files:
+                await self.box.write_files(job.files)
+            if self.interpreter is None:
+                result, _ = await engine.run_steps(self.box, job, result=result)
+                return SessionResult(result)
+            timeout = min(job.limits.run_timeout_s, max(0.1, self.lifetime_left_s()))
+            call: CallResult = await self.interpreter.call(
+                job.code, job.stdin, timeout, job.limits.output_bytes,
+                lifetime_left_s=self.lifetime_left_s(), display=display)
+            result.run = call.step
+            result.oom_killed = call.oom_killed
+            result.peak_memory_bytes = call.peak_memory_bytes
+            if job.fetch_files and call.step.status is StepStatus.FINISHED:
+                result.files = await self.box.read_files(job.fetch_files, job.limits.fetch_bytes)
+            return SessionResult(result, restarted=call.restarted, displays=call.displays)
+        except BackendError as exc:
+            message = "the session was deleted during the call" if self.closed else str(exc)
+            engine.record_error(result, message)
+            result.error_kind = exc.kind
+            return SessionResult(result)
+
+    async def replay(self, engine: Engine, history: list[Call]) -> None:
+        """Bring a fresh session to the state ``history`` left its parent in."""
+        for call in history:
+            job = Job(spec=self.spec, code=call.code, stdin=call.stdin, files=call.files,
+                      fetch_files=(), limits=dataclasses.replace(self.limits, run_timeout_s=call.timeout_s))
+            result = await self.run(engine, job)
+            if call.restarted_after and not result.restarted and self.interpreter is not None:
+                async with self.lock:
+                    await self.interpreter.restart(self.lifetime_left_s())
+                self.history[-1].restarted_after = True
+
+    async def copy_workdir_from(self, parent: "Session") -> None:
+        """The parent's work directory, file for file (its whole state, for a language
+        without a session interpreter)."""
+        async with parent.lock:
+            files, executables = await parent.box.read_outputs(set(), 1 << 62)
+        await self.box.write_files(files, frozenset(executables))
+

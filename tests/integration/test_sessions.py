@@ -1,0 +1,376 @@
+"""Sessions through a real server on the OCI backend: state kept between calls, restarts said
+out loud, forks independent, expiry, limits, /run_jupyter, and two replicas behind one address."""
+
+from __future__ import annotations
+
+import base64
+import re
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import _oci_problem, running_server
+
+pytestmark = pytest.mark.docker
+TIMEOUT = 120
+
+
+@pytest.fixture(scope="module")
+def url(docker_ready, tmp_path_factory):
+    problem = _oci_problem()
+    if problem:
+        pytest.skip(problem)
+    with running_server(tmp_path_factory.mktemp("sessions"), backend="oci", max_concurrency=4) as base:
+        yield base
+
+
+def create(url: str, language: str = "python", **body) -> dict:
+    response = requests.post(f"{url}/v1/sessions", json={"language": language, **body}, timeout=TIMEOUT)
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def call(url: str, session_id: str, code: str, language: str = "python", **body) -> dict:
+    response = requests.post(f"{url}/run_code", json={"code": code, "language": language,
+                                                      "session_id": session_id, **body},
+                             timeout=TIMEOUT)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def out(result: dict) -> str:
+    return result["run_result"]["stdout"]
+
+
+@pytest.fixture
+def session(url):
+    made = create(url)
+    yield made["session_id"]
+    requests.delete(f"{url}/v1/sessions/{made['session_id']}", timeout=TIMEOUT)
+
+
+def test_create_answers_the_documented_fields(url):
+    made = create(url, memory_limit_MB=300, idle_timeout_s=30, max_lifetime_s=60)
+    assert re.fullmatch(r"[a-z0-9-]+-[0-9a-f]{24}", made["session_id"])
+    assert {k: made[k] for k in ("language", "memory_limit_MB", "idle_timeout_s", "max_lifetime_s")} \
+        == {"language": "python", "memory_limit_MB": 300, "idle_timeout_s": 30, "max_lifetime_s": 60}
+    assert made["expires_at"].endswith("Z")
+    assert requests.delete(f"{url}/v1/sessions/{made['session_id']}", timeout=TIMEOUT).status_code == 204
+
+
+def test_python_globals_imports_functions_and_objects_survive(url, session):
+    first = call(url, session, "import math\nx = 41\ndef f(v):\n    return v * 2\n"
+                               "class Box:\n    n = 3\nlog = open('log.txt', 'w')\nprint('set')")
+    assert first["status"] == "Success" and out(first) == "set\n"
+    second = call(url, session, "log.write('kept'); log.flush()\nprint(x + 1, f(math.floor(2.5)), Box.n)")
+    assert out(second) == "42 4 3\n" and second["session_id"] == session
+    assert second["session_restarted"] is False
+    assert out(call(url, session, "print(open('log.txt').read())")) == "kept\n"
+
+
+def test_stdin_reaches_the_cell(url, session):
+    assert out(call(url, session, "a = input()\nb = input()\nprint(b, a)", stdin="one\ntwo\n")) == "two one\n"
+
+
+def test_exception_fails_the_call_and_the_session_lives_on(url, session):
+    call(url, session, "y = 5")
+    failed = call(url, session, "def g():\n    raise ValueError('bad value')\ng()")
+    assert failed["status"] == "Failed" and failed["run_result"]["return_code"] == 1
+    stderr = failed["run_result"]["stderr"]
+    assert "Traceback" in stderr and "ValueError: bad value" in stderr and "python-session" not in stderr
+    assert failed["session_restarted"] is False
+    assert out(call(url, session, "print(y)")) == "5\n"
+
+
+def test_output_of_subprocesses_is_the_cells(url, session):
+    result = call(url, session, "import os, subprocess\nprint('py', flush=True)\n"
+                                "os.system('echo from-shell; echo err-shell >&2')")
+    assert out(result) == "py\nfrom-shell\n" and result["run_result"]["stderr"] == "err-shell\n"
+
+
+def test_deadline_interrupts_the_cell_and_keeps_the_state(url, session):
+    call(url, session, "z = 'still here'")
+    result = call(url, session, "import time\nwhile True:\n    time.sleep(0.05)", run_timeout=1)
+    assert result["status"] == "Failed" and result["run_result"]["status"] == "TimeLimitExceeded"
+    assert result["session_restarted"] is False
+    assert "KeyboardInterrupt" in result["run_result"]["stderr"]
+    assert out(call(url, session, "print(z)")) == "still here\n"
+
+
+def test_a_cell_that_ignores_the_interrupt_is_killed_and_the_restart_said(url, session):
+    call(url, session, "kept = 1\nopen('file.txt', 'w').write('on disk')")
+    result = call(url, session, "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                "while True:\n    pass", run_timeout=1)
+    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    assert result["session_restarted"] is True and "restarted" in result["message"]
+    after = call(url, session, "print('kept' in globals(), open('file.txt').read())")
+    assert out(after) == "False on disk\n"  # interpreter state gone, work directory kept
+    state = requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).json()
+    assert state["restarts"] == 1 and state["alive"] is True
+
+
+def test_out_of_memory_restarts_the_interpreter(url):
+    session = create(url, memory_limit_MB=128)["session_id"]
+    try:
+        result = call(url, session, "blocks = []\nwhile True:\n    blocks.append(bytearray(1 << 20))")
+        assert result["oom_killed"] is True and result["session_restarted"] is True
+        assert result["status"] == "Failed"
+        assert out(call(url, session, "print('fresh')")) == "fresh\n"
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
+def test_calls_to_one_session_run_one_at_a_time_in_order(url, session):
+    results = {}
+
+    def first():
+        results["first"] = call(url, session, "import time\ntime.sleep(1)\norder = ['first']")
+
+    thread = threading.Thread(target=first)
+    thread.start()
+    time.sleep(0.3)
+    results["second"] = call(url, session, "order.append('second')\nprint(order)")
+    thread.join()
+    assert out(results["second"]) == "['first', 'second']\n"
+
+
+def test_bash_keeps_cwd_variables_and_functions(url):
+    session = create(url, "bash")["session_id"]
+    try:
+        first = call(url, session, "mkdir -p sub && cd sub\nexport GREETING=hi\nlocal_var=7\n"
+                                   "twice() { echo \"$1$1\"; }\necho ok", "bash")
+        assert first["status"] == "Success" and out(first) == "ok\n"
+        second = call(url, session, "pwd\nbash -c 'echo $GREETING'\necho $local_var\ntwice ab", "bash")
+        assert out(second) == "/sandbox/sub\nhi\n7\nabab\n"
+        failed = call(url, session, "false", "bash")
+        assert failed["status"] == "Failed" and failed["run_result"]["return_code"] == 1
+        ended = call(url, session, "exit 3", "bash")
+        assert ended["run_result"]["return_code"] == 3 and ended["session_restarted"] is True
+        assert out(call(url, session, "pwd", "bash")) == "/sandbox\n"
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
+def test_compiled_language_keeps_its_work_directory(url):
+    session = create(url, "cpp")["session_id"]
+    writer = ('#include <fstream>\nint main() { std::ofstream("state.txt") << "from call one"; }')
+    reader = ('#include <fstream>\n#include <iostream>\n#include <string>\n'
+              'int main() { std::ifstream f("state.txt"); std::string s; std::getline(f, s); '
+              'std::cout << s << std::endl; }')
+    try:
+        assert call(url, session, writer, "cpp")["status"] == "Success"
+        second = call(url, session, reader, "cpp")
+        assert second["compile_result"]["status"] == "Finished" and out(second) == "from call one\n"
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
+def test_files_in_and_fetch_files_out(url, session):
+    data = base64.b64encode(b"1 2 3").decode()
+    result = call(url, session, "nums = open('in/data.txt').read().split()\n"
+                                "open('sum.txt', 'w').write(str(sum(map(int, nums))))",
+                  files={"in/data.txt": data}, fetch_files=["sum.txt"])
+    assert base64.b64decode(result["files"]["sum.txt"]) == b"6"
+
+
+def test_state_list_and_delete(url):
+    session = create(url)["session_id"]
+    call(url, session, "x = bytearray(30 << 20)")
+    state = requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).json()
+    assert state["executions"] == 1 and state["alive"] is True and state["language"] == "python"
+    assert state["memory_MB"] > 30 and state["memory_peak_MB"] >= state["memory_MB"] - 1
+    listed = requests.get(f"{url}/v1/sessions", params={"limit": 1000}, timeout=TIMEOUT).json()
+    assert session in [s["session_id"] for s in listed["sessions"]] and listed["total"] >= 1
+    assert requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204
+    for method, path, body in (("get", f"/v1/sessions/{session}", None),
+                               ("delete", f"/v1/sessions/{session}", None),
+                               ("post", f"/v1/sessions/{session}/fork", None),
+                               ("post", "/run_code", {"code": "1", "language": "python",
+                                                      "session_id": session})):
+        gone = requests.request(method, url + path, json=body, timeout=TIMEOUT)
+        assert gone.status_code == 404, (path, gone.text)
+        assert gone.json()["detail"] == (f"session {session} not found (deleted, expired, or the "
+                                         f"server restarted)")
+
+
+def test_bad_ids_and_bodies_get_clear_422s(url, session):
+    for bad in ("nope", "x" * 300, "UPPER-0123456789abcdef01234567"):
+        answer = requests.get(f"{url}/v1/sessions/{bad}", timeout=TIMEOUT)
+        assert answer.status_code == 422 and "not a session id" in answer.json()["detail"]
+    answer = requests.post(f"{url}/run_code", json={"code": "1", "language": "python",
+                                                    "session_id": "nope"}, timeout=TIMEOUT)
+    assert answer.status_code == 422
+    wrong_language = requests.post(f"{url}/run_code", json={"code": "1", "language": "cpp",
+                                                            "session_id": session}, timeout=TIMEOUT)
+    assert wrong_language.status_code == 422 and "runs python" in wrong_language.json()["detail"]
+    for body in ({"language": "cobol"}, {"language": "python", "idle_timeout_s": -1},
+                 {"language": "python", "max_lifetime_s": 1e9}, {"language": "python", "memory_limit_MB": 1},
+                 {"language": "python", "files": {"../x": "eA=="}}, {"language": "python", "surprise": 1}):
+        answer = requests.post(f"{url}/v1/sessions", json=body, timeout=TIMEOUT)
+        assert answer.status_code == 422, (body, answer.text)
+
+
+def test_fork_replays_python_state_and_the_two_are_independent(url, session):
+    call(url, session, "x = 1\nhistory = ['parent']\nopen('f.txt', 'w').write('one')")
+    forked = requests.post(f"{url}/v1/sessions/{session}/fork", timeout=TIMEOUT)
+    assert forked.status_code == 201, forked.text
+    child = forked.json()
+    assert child["fork_mode"] in ("replay", "checkpoint") and child["parent_id"] == session
+    try:
+        assert out(call(url, child["session_id"], "print(x, history, open('f.txt').read())")) \
+            == "1 ['parent'] one\n"
+        call(url, child["session_id"], "x = 2\nhistory.append('child')\nopen('f.txt', 'w').write('two')")
+        call(url, session, "history.append('parent again')")
+        assert out(call(url, session, "print(x, history, open('f.txt').read())")) \
+            == "1 ['parent', 'parent again'] one\n"
+        assert out(call(url, child["session_id"], "print(x, history, open('f.txt').read())")) \
+            == "2 ['parent', 'child'] two\n"
+    finally:
+        requests.delete(f"{url}/v1/sessions/{child['session_id']}", timeout=TIMEOUT)
+
+
+def test_fork_of_a_work_directory_session_copies_it(url):
+    session = create(url, "cpp")["session_id"]
+    try:
+        call(url, session, '#include <fstream>\nint main() { std::ofstream("a.txt") << "A"; }', "cpp")
+        child = requests.post(f"{url}/v1/sessions/{session}/fork", timeout=TIMEOUT).json()
+        assert child["fork_mode"] == "checkpoint"
+        reader = ('#include <fstream>\n#include <iostream>\nint main() { std::ifstream f("a.txt"); '
+                  'std::cout << f.rdbuf() << std::endl; }')
+        assert out(call(url, child["session_id"], reader, "cpp")) == "A\n"
+        requests.delete(f"{url}/v1/sessions/{child['session_id']}", timeout=TIMEOUT)
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
+def test_sessions_cannot_see_each_other(url):
+    a, b = create(url)["session_id"], create(url)["session_id"]
+    try:
+        call(url, a, "secret = 'a-only'\nopen('secret.txt', 'w').write('a-only')\n"
+                     "import subprocess\nsleeper = subprocess.Popen(['sleep', '300'])")
+        probe = ("import os\nprint(sorted(os.listdir('/sandbox')), 'secret' in globals())\n"
+                 "print(sorted(p for p in os.listdir('/proc') if p.isdigit() and "
+                 "'sleep' in open(f'/proc/{p}/cmdline').read()))")
+        assert out(call(url, b, probe)) == "[] False\n[]\n"
+    finally:
+        for s in (a, b):
+            requests.delete(f"{url}/v1/sessions/{s}", timeout=TIMEOUT)
+
+
+def test_a_deleted_session_leaves_nothing_behind(url):
+    from sandbox.config import Settings
+
+    session = create(url)["session_id"]
+    box = call(url, session, "import subprocess\nsubprocess.Popen(['sleep', '300'])\n"
+                             "open('x', 'w').write('x')")["sandbox_id"]
+    # The instance's run folder (bundle, work directory, control folder) and runtime state.
+    instance_dirs = [p for p in Settings().run_dir.glob("pytest-*") if p.is_dir()]
+    before = {p.name for d in instance_dirs for p in d.iterdir()}
+    assert {box, f"{box}-1"} <= before
+    assert requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204
+    after = {p.name for d in instance_dirs for p in d.iterdir()}
+    assert not [name for name in after if name.startswith(box)]
+    sleepers = [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                and _cmdline(p) == "sleep\x00300\x00"]
+    assert not sleepers, "a deleted session's process is still running"
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_text()
+    except OSError:
+        return ""
+
+
+def test_fork_bomb_in_a_session_is_contained(url, session):
+    result = call(url, session, "import os\nfor _ in range(100000):\n    try:\n        os.fork()\n"
+                                "    except OSError:\n        pass", run_timeout=3)
+    assert result["status"] == "Failed"
+    assert out(call(url, session, "print('alive')")) == "alive\n"
+
+
+def test_idle_sessions_expire(url):
+    session = create(url, idle_timeout_s=1.5)["session_id"]
+    call(url, session, "x = 1")
+    time.sleep(4)
+    assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 404
+
+
+def test_a_session_cannot_outlive_its_lifetime_by_keeping_busy(url):
+    session = create(url, max_lifetime_s=3)["session_id"]
+    started = time.monotonic()
+    result = call(url, session, "while True:\n    pass", run_timeout=30)
+    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    assert time.monotonic() - started < 10
+    time.sleep(2)
+    assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 404
+
+
+def test_run_jupyter_sandboxfusion_cases(url):
+    def jupyter(cells):
+        answer = requests.post(f"{url}/run_jupyter", json={"cells": cells}, timeout=TIMEOUT)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    assert jupyter(["print(123)"])["cells"][0]["stdout"] == "123\n"
+    multi = jupyter(['a = "hello"', "a", "print(a)"])
+    assert multi["cells"][0]["stdout"] == "" and multi["cells"][2]["stdout"] == "hello\n"
+    assert multi["cells"][1]["display"][0]["text/plain"] == "'hello'"
+    raised = jupyter(['a = "hello"', 'import sys\nsys.stderr.write("This is an error message\\n")',
+                      "assert False", "print(a)"])
+    assert raised["cells"][1]["stderr"] == "This is an error message\n"
+    assert raised["cells"][2]["error"][0]["ename"] == "AssertionError"
+    assert raised["cells"][3]["stdout"] == "hello\n"
+    plot = jupyter(["import matplotlib.pyplot as plt",
+                    "plt.plot([1, 2, 3], [2, 3, 5])\nplt.title('Simple Plot')\nplt.show()"])
+    png = base64.b64decode(plot["cells"][1]["display"][0]["image/png"])
+    assert png.startswith(b"\x89PNG") and plot["cells"][1]["stderr"] == ""
+
+
+def test_run_jupyter_leaves_no_session(url):
+    before = requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"]
+    requests.post(f"{url}/run_jupyter", json={"cells": ["1 + 1"]}, timeout=TIMEOUT)
+    assert requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"] == before
+
+
+def test_session_limit_answers_503_with_retry_after(docker_ready, tmp_path):
+    if _oci_problem():
+        pytest.skip(_oci_problem())
+    with running_server(tmp_path, backend="oci", max_sessions=1) as base:
+        first = create(base)
+        full = requests.post(f"{base}/v1/sessions", json={"language": "python"}, timeout=TIMEOUT)
+        assert full.status_code == 503 and full.headers["Retry-After"]
+        assert "SANDBOX_MAX_SESSIONS" in full.json()["detail"]
+        # Running code without a session is not affected.
+        plain = requests.post(f"{base}/run_code", json={"code": "print(1)", "language": "python"},
+                              timeout=TIMEOUT).json()
+        assert plain["run_result"]["stdout"] == "1\n"
+        requests.delete(f"{base}/v1/sessions/{first['session_id']}", timeout=TIMEOUT)
+        assert requests.post(f"{base}/v1/sessions", json={"language": "python"},
+                             timeout=TIMEOUT).status_code == 201
+
+
+def test_two_replicas_behind_one_address_forward_to_the_owner(docker_ready, tmp_path):
+    if _oci_problem():
+        pytest.skip(_oci_problem())
+    with running_server(tmp_path, backend="oci", replica="alpha", max_concurrency=2) as alpha:
+        with running_server(tmp_path, backend="oci", replica="beta", max_concurrency=2,
+                            peers=f'{{"alpha": "{alpha}"}}') as beta:
+            made = create(alpha)
+            assert made["session_id"].startswith("alpha-")
+            call(alpha, made["session_id"], "v = 'set on alpha'")
+            via_beta = call(beta, made["session_id"], "print(v)")
+            assert out(via_beta) == "set on alpha\n"
+            assert requests.get(f"{beta}/v1/sessions/{made['session_id']}", timeout=TIMEOUT).json()[
+                "executions"] == 2
+            forked = requests.post(f"{beta}/v1/sessions/{made['session_id']}/fork", timeout=TIMEOUT)
+            assert forked.status_code == 201 and forked.json()["session_id"].startswith("alpha-")
+            unknown = requests.get(f"{beta}/v1/sessions/gamma-{'0' * 24}", timeout=TIMEOUT)
+            assert unknown.status_code == 404 and "SANDBOX_PEERS" in unknown.json()["detail"]
+            assert requests.delete(f"{beta}/v1/sessions/{made['session_id']}",
+                                   timeout=TIMEOUT).status_code == 204
+            assert requests.get(f"{alpha}/v1/sessions/{made['session_id']}",
+                                timeout=TIMEOUT).status_code == 404
