@@ -141,7 +141,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     async def run_code(req: RunCodeRequest, services: ServicesDep, request: Request,
                        response: Response) -> RunCodeResponse:
         if req.session_id is not None:
-            return await run_in_session(req, services, request)
+            return await run_in_session(req, services, request, response)
         started = time.perf_counter()
         note_run_request(request, req)
         job = build_job(req, services.registry, services.settings)

@@ -21,8 +21,9 @@ from ..engine.models import Job
 from ..engine.output import decode_output
 from ..engine.paths import UnsafePath, confine
 from ..runtimes import RuntimeRegistry
+from ..engine.backends import BackendError
 from ..sessions import (BadSessionId, NotOwned, Session, SessionGone, SessionRegistry,
-                        SessionsFull, parse_session_id)
+                        SessionsFull, SessionsUnsupported, parse_session_id)
 from .observability import note_run_request, note_run_result
 from .schemas import RunCodeRequest, RunCodeResponse
 from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse,
@@ -122,8 +123,19 @@ def install_session_errors(app) -> None:
     async def full(request: Request, exc: SessionsFull):
         return JSONResponse(status_code=503, headers={"Retry-After": "5"}, content={"detail": str(exc)})
 
+    @app.exception_handler(SessionsUnsupported)
+    async def unsupported(request: Request, exc: SessionsUnsupported):
+        return JSONResponse(status_code=501, content={"detail": str(exc)})
 
-async def run_in_session(req: RunCodeRequest, services, request: Request) -> RunCodeResponse | Response:
+    @app.exception_handler(BackendError)
+    async def backend_failed(request: Request, exc: BackendError):
+        # A session could not be started or forked: the machinery's fault, not the request's.
+        return JSONResponse(status_code=503, headers={"Retry-After": "5"},
+                            content={"detail": f"sandbox unavailable: {exc}"})
+
+
+async def run_in_session(req: RunCodeRequest, services, request: Request,
+                         response: Response) -> RunCodeResponse | Response:
     """POST /run_code with a `session_id`: the call runs in that session."""
     sessions: SessionRegistry = services.sessions
     try:
@@ -140,6 +152,7 @@ async def run_in_session(req: RunCodeRequest, services, request: Request) -> Run
     body = to_response(outcome.job, job, req.fetch_files)
     note_run_result(request, job, outcome.job, body.status, engine_s)
     request.app.state.ops.metrics.session_call_time.labels(session.spec.language).observe(engine_s)
+    response.headers["Server-Timing"] = f"engine;dur={engine_s * 1000:.2f}"
     body.session_id = session.id
     body.session_restarted = outcome.restarted
     if outcome.restarted:
@@ -165,8 +178,9 @@ def session_router(services) -> APIRouter:
     @router.post("/v1/sessions", status_code=201, response_model=SessionCreated,
                  summary="Start a session: a fresh container kept between calls",
                  responses={422: {"description": "Bad request; `detail` says why."},
-                            503: {"description": "The server holds its most sessions; retry "
-                                                 "after `Retry-After` s."}})
+                            501: {"description": "This server's backend has no sessions (docker)."},
+                            503: {"description": "The server holds its most sessions, or could "
+                                                 "not start one; retry after `Retry-After` s."}})
     async def create(req: SessionCreateRequest) -> SessionCreated:
         try:
             spec = services.registry.get(req.language)
@@ -206,7 +220,8 @@ def session_router(services) -> APIRouter:
     @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=SessionForked,
                  summary="A new, independent session in this one's state",
                  responses={404: {"description": "No such session."},
-                            503: {"description": "No room for another session."}})
+                            501: {"description": "This server's backend has no sessions (docker)."},
+                            503: {"description": "No room for another session; retry after `Retry-After` s."}})
     async def fork(session_id: str, request: Request):
         session, replica = owned(session_id, request)
         if session is None:
@@ -228,7 +243,8 @@ def session_router(services) -> APIRouter:
     @router.post("/run_jupyter", response_model=RunJupyterResponse, tags=["SandboxFusion"],
                  summary="Run notebook cells in order in one fresh Python session",
                  responses={422: {"description": "Bad request; `detail` says why."},
-                            503: {"description": "No room for another session."}})
+                            501: {"description": "This server's backend has no sessions (docker)."},
+                            503: {"description": "No room for another session; retry after `Retry-After` s."}})
     async def run_jupyter(req: RunJupyterRequest) -> RunJupyterResponse:
         return await _jupyter(req, services)
 

@@ -24,6 +24,10 @@ class SessionGone(LookupError):
     """The session was deleted or expired (HTTP 404)."""
 
 
+class SessionsUnsupported(RuntimeError):
+    """This server's backend cannot keep a sandbox between requests (HTTP 501)."""
+
+
 @dataclass
 class Call:
     """A call as logged for replay: what reached the session, not what it answered."""
@@ -98,8 +102,9 @@ class Session:
     async def open(self, engine: Engine) -> None:
         backend = engine.backend
         if not hasattr(backend, "open_kept"):
-            raise BackendError(f"sessions need the oci backend; this server runs "
-                               f"{backend.name} (SANDBOX_BACKEND=oci)")
+            raise SessionsUnsupported(
+                f"sessions need the oci backend; this server runs the {backend.name} backend "
+                f"(start it as root with SANDBOX_BACKEND=oci; see `sandbox doctor`)")
         self.box = await backend.open_kept(self.spec.image, self.limits)
         try:
             if self.files:
@@ -191,6 +196,9 @@ class Session:
         """The parent's work directory, file for file (its whole state, for a language
         without a session interpreter)."""
         async with parent.lock:
-            files, executables = await parent.box.read_outputs(set(), 1 << 62)
+            try:
+                files, executables = await parent.box.read_outputs(set(), 1 << 62)
+            except OSError as exc:
+                raise BackendError(f"cannot copy the parent's work directory: {exc}") from exc
         await self.box.write_files(files, frozenset(executables))
 

@@ -22,8 +22,11 @@ def test_no_generated_request_gets_a_server_error(server):
                   database=None)
         def check(case):
             response = case.call(timeout=120)
-            # 504 is the documented "busy, retry" answer; any other 5xx is a bug.
-            assert response.status_code < 500 or response.status_code == 504, (
-                operation.path, response.status_code, response.text[:500])
+            # 504 is the documented "busy, retry" answer, 503 + Retry-After "no room for a
+            # session", 501 "no sessions on this backend"; any other 5xx is a bug.
+            status = response.status_code
+            documented = status == 504 or (status == 503 and "Retry-After" in response.headers) \
+                or (status == 501 and "oci backend" in response.text)
+            assert status < 500 or documented, (operation.path, status, response.text[:500])
 
         check()
