@@ -179,6 +179,18 @@ def server(backend_name, tmp_path_factory) -> str:
 
 
 @pytest.fixture(scope="session")
+def oci_server(docker_ready, tmp_path_factory) -> str:
+    """Base URL of a real server on the OCI backend (sessions need it)."""
+    problem = _oci_problem()
+    if problem:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    with running_server(tmp_path_factory.mktemp("oci-server"), backend="oci", max_concurrency=4) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def run(server):
     """POST /run_code the way verl does; return the decoded JSON."""
 
