@@ -261,6 +261,19 @@ class Doctor:
                 needed += int(info.get("Size") or 0)
         return needed
 
+    def check_sessions(self) -> None:
+        """Sessions: on which backend, how many, and how a fork is made here."""
+        s = self.settings
+        if s.max_sessions == 0:
+            self.add(OK, "sessions: off (SANDBOX_MAX_SESSIONS=0)")
+            return
+        if self.backend_name == "docker":
+            self.add(WARN, "sessions: the docker backend has none (POST /v1/sessions answers 501)",
+                     "serve with the oci backend (as root; SANDBOX_BACKEND=oci)")
+            return
+        self.add(OK, f"sessions: up to {s.max_sessions} at once; forks replay the parent's calls "
+                     f"({criu_problem() or 'CRIU works here, but checkpoint forks are not built yet'})")
+
     # -- running and reporting -----------------------------------------------------------------
 
     def run(self) -> int:
@@ -272,6 +285,7 @@ class Doctor:
         self.check_images()
         self.check_backend()
         self.check_dirs()
+        self.check_sessions()
         for check in self.checks:
             print(f"{check.status:8} {check.what}")
             if check.fix:
@@ -287,6 +301,20 @@ class Doctor:
         if self.docker is not None:
             self.docker.close()
         return 1 if blocking else 0
+
+
+def criu_problem() -> str | None:
+    """Why a container cannot be checkpointed with CRIU here, or None."""
+    if shutil.which("criu") is None:
+        return "CRIU is not installed"
+    try:
+        check = subprocess.run(["criu", "check"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"`criu check` failed: {exc}"
+    if check.returncode != 0:
+        lines = (check.stderr or check.stdout).strip().splitlines()
+        return f"`criu check` fails on this kernel: {lines[0] if lines else 'no output'}"
+    return None
 
 
 def _first_line(argv: list[str]) -> str:
