@@ -16,42 +16,55 @@ is not on stderr: what /run_jupyter answers. Everything runs as the sandbox's us
 its own session is behind it.
 """
 
-import ast
-import base64
+import _ast
+import _queue
+import _signal as signal
+import _socket
+import _thread
 import builtins
 import io
-import json
 import os
-import queue
-import signal
-import socket
 import sys
-import threading
-import traceback
-import types
-import warnings
 
+# Start-up time is a session's create time: only C modules and what the interpreter has
+# loaded already are imported here (`ast`, `socket`, `threading` would add ~100 ms); the rest
+# when a cell needs it.
 CONTROL = sys.argv[1]
+PyCF_ONLY_AST = 0x400
 CELL_FILE = "<cell-%d>"
-# matplotlib draws off-screen; the figures a cell leaves open are returned as PNG, so its
-# plt.show() (a no-op here) must not warn about it.
-os.environ.setdefault("MPLBACKEND", "Agg")
-warnings.filterwarnings("ignore", message=".*non-interactive.*cannot be shown")
+# matplotlib draws off-screen; the figures a cell leaves open are returned as PNG after it,
+# and plt.show() leaves them open (sandbox_inline.py, beside this file).
+os.environ["MPLBACKEND"] = "module://sandbox_inline"
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-channel = socket.socket(fileno=4)
-commands: "queue.Queue[tuple[int, bool] | None]" = queue.Queue()
+channel = _socket.socket(fileno=4)
+commands = _queue.SimpleQueue()  # (seq, display), or None once the server is gone
 current = None  # the seq of the cell running now, for INT
-main = types.ModuleType("__main__")
+main = type(sys)("__main__")
 main.__builtins__ = builtins
 sys.modules["__main__"] = main
 sys.path.insert(0, "/sandbox")
 sys.argv = [""]
 
 
+def lines():
+    """The control socket's lines, until the server closes it."""
+    pending = b""
+    while True:
+        try:
+            chunk = channel.recv(4096)
+        except OSError:
+            return
+        if not chunk:
+            return
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from complete
+
+
 def listen() -> None:
     """Reads the control socket beside the cell, so that an INT reaches a running cell."""
-    buffered = channel.makefile("rb")
-    for line in buffered:
+    for line in lines():
         parts = line.decode(errors="replace").split()
         if len(parts) == 3 and parts[0] == "RUN" and parts[1].isdigit():
             commands.put((int(parts[1]), parts[2] == "1"))
@@ -95,10 +108,10 @@ def release_stdio() -> None:
 def compile_cell(source: str, seq: int):
     """(statements, last expression or None): a notebook shows the last expression's value."""
     name = CELL_FILE % seq
-    tree = ast.parse(source, name)
+    tree = compile(source, name, "exec", PyCF_ONLY_AST)
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = compile(ast.Expression(tree.body.pop().value), name, "eval")
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = compile(_ast.Expression(tree.body.pop().value), name, "eval")
     return compile(tree, name, "exec"), last
 
 
@@ -114,6 +127,8 @@ def figures() -> list[str]:
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return []
+    import base64
+
     images = []
     for number in pyplot.get_fignums():
         buffer = io.BytesIO()
@@ -152,6 +167,8 @@ def run_cell(seq: int, display: bool) -> int:
     except SystemExit as exc:
         code = exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like a notebook's
+        import traceback
+
         code = 1
         tb = exc.__traceback__
         while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
@@ -169,6 +186,8 @@ def run_cell(seq: int, display: bool) -> int:
             results += [{"type": "display", "data": {"image/png": png}} for png in figures()]
         except Exception as exc:  # noqa: BLE001
             sys.stderr.write(f"could not draw the figures: {exc!r}\n")
+        import json
+
         with open(path(seq, "display"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in results))
     release_stdio()
@@ -179,7 +198,7 @@ def serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     release_stdio()
     os.chdir("/sandbox")
-    threading.Thread(target=listen, daemon=True).start()
+    _thread.start_new_thread(listen, ())
     channel.sendall(b"READY\n")
     while True:
         command = commands.get()

@@ -66,6 +66,30 @@ def cgroup_memory_now(cgroups_path: str) -> int | None:
     return _read_int(CGROUP_ROOT / rel / "memory.current")
 
 
+def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
+    """rmdir a container's cgroup in every hierarchy, waiting up to ``wait_s`` for its last
+    processes to be gone (the runtime's own removal gives up at once if a killed process is
+    still exiting). Returns whether none is left."""
+    import time
+
+    rel = cgroups_path.lstrip("/")
+    folders = [*CGROUP_ROOT.glob(f"*/{rel}"), CGROUP_ROOT / rel]
+    deadline = time.monotonic() + wait_s
+    while True:
+        left = []
+        for folder in folders:
+            try:
+                folder.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                left.append(folder)
+        if not left or time.monotonic() > deadline:
+            return not left
+        folders = left
+        time.sleep(0.05)
+
+
 def reset_peak(cgroups_path: str) -> bool:
     """Start a new peak measurement (cgroup v1: the peak becomes the current usage)."""
     v1 = CGROUP_ROOT / "memory" / cgroups_path.lstrip("/") / "memory.max_usage_in_bytes"

@@ -63,11 +63,12 @@ class Interpreter:
         live = self.live
         self._seq += 1
         seq = self._seq
-        names = {kind: f"{seq}.{kind}" for kind in ("code", "stdin", "out", "err", "display")}
+        kinds = ("code", "stdin", "out", "err", "display") if display else ("code", "stdin", "out", "err")
+        names = {kind: f"{seq}.{kind}" for kind in kinds}
         try:
             live.write_control(names["code"], code.encode("utf-8", "surrogateescape"))
             live.write_control(names["stdin"], stdin)
-            for kind in ("out", "err", "display"):
+            for kind in kinds[2:]:
                 live.make_output(names[kind])
         except OSError as exc:
             live.remove_control(list(names.values()))

@@ -160,11 +160,11 @@ class Session:
     async def _run(self, engine: Engine, job: Job, display: bool) -> SessionResult:
         result = JobResult(sandbox_id=self.box.id[:12])
         try:
-            if job.files:
-                await self.box.write_files(job.files)
-            if self.interpreter is None:
+            if self.interpreter is None:  # it writes the source and files itself
                 result, _ = await engine.run_steps(self.box, job, result=result)
                 return SessionResult(result)
+            if job.files:
+                await self.box.write_files(job.files)
             timeout = min(job.limits.run_timeout_s, max(0.1, self.lifetime_left_s()))
             call: CallResult = await self.interpreter.call(
                 job.code, job.stdin, timeout, job.limits.output_bytes,

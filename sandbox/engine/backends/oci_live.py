@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 from pathlib import Path
 from typing import Sequence
 
-from ..cgroups import MemoryFacts, cgroup_memory_facts, cgroup_memory_now, reset_peak
+from ..cgroups import (MemoryFacts, cgroup_memory_facts, cgroup_memory_now, remove_cgroup,
+                       reset_peak)
 from ..output import CappedBuffer
 from .base import SANDBOX_UID, BackendError, SandboxUnavailable
 from .host import _mount_tmpfs
 from .oci import INIT, OciSandbox, _wait_exit
+
+log = logging.getLogger(__name__)
 
 CONTROL_MOUNT = "/run/sandbox-session"
 READY_TIMEOUT_S = 30.0
@@ -144,6 +148,9 @@ class LiveProcess:
         for task in self._drains:
             task.cancel()
         self.box._forget_step(self._name)
+        if not await asyncio.to_thread(remove_cgroup, self.cgroups_path):
+            log.warning("session container %s: its cgroup %s is still busy", self._name,
+                        self.cgroups_path)
 
     # The control folder: our files, made by the server (root) before each call.
 
