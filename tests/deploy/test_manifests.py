@@ -165,6 +165,32 @@ def test_sessions_are_forwarded_to_the_owning_pod_by_its_name():
     assert template.count("{replica}") == 1
 
 
+def test_network_policy_lets_the_pods_forward_to_each_other():
+    policy = _by_kind("NetworkPolicy")["spec"]
+    pod_labels = _by_kind("StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    port = _container()["ports"][0]["containerPort"]
+
+    def pods_on_port(rules, side):
+        """Whether a rule lets this namespace's sandbox pods through on ``port`` (TCP)."""
+        for rule in rules:
+            ports = rule.get("ports")
+            port_ok = not ports or any(p.get("port") in (port, "http") and p.get("protocol", "TCP") == "TCP"
+                                       for p in ports)
+            peers = rule.get(side)
+            peer_ok = not peers or any("namespaceSelector" not in peer and "ipBlock" not in peer
+                                       and peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
+                                       for peer in peers)
+            if port_ok and peer_ok:
+                return True
+        return False
+
+    assert {"Ingress", "Egress"} <= set(policy["policyTypes"])
+    assert pods_on_port(policy["ingress"], "from"), "peers cannot reach a pod to forward to it"
+    assert pods_on_port(policy["egress"], "to"), "a pod cannot reach its peers to forward"
+    dns = [p for rule in policy["egress"] for p in rule.get("ports", []) if p["port"] == 53]
+    assert {p["protocol"] for p in dns} == {"UDP", "TCP"}, "peer names must resolve"
+
+
 def test_configured_settings_exist_and_fit_the_pod():
     config = _by_kind("ConfigMap")["data"]
     container = _container()
