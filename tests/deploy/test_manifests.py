@@ -234,6 +234,10 @@ def test_compose_file_matches_the_compose_specification():
     sandboxes_mib = int(environment["SANDBOX_MAX_CONCURRENCY"]) * int(environment["SANDBOX_MAX_MEMORY_MB"])
     assert sandboxes_mib + 1024 <= int(service["mem_limit"].removesuffix("g")) * 1024
     assert all(port.startswith("127.0.0.1:") for port in service["ports"]), "no auth: local only"
+    # One replica, so no peers; its session ids carry a fixed, valid name.
+    replica_pattern = Settings.model_json_schema()["properties"]["replica"]["pattern"]
+    assert re.fullmatch(replica_pattern, environment["SANDBOX_REPLICA"])
+    assert "SANDBOX_PEERS" not in environment and "SANDBOX_PEER_URL_TEMPLATE" not in environment
 
 
 def test_server_image_bakes_every_language_and_sets_real_settings():
