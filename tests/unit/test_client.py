@@ -16,9 +16,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
-from sandbox.client import (AsyncSandboxClient, SandboxClient, SandboxRequestRejected,
-                            SandboxResultError, SandboxServerError, SandboxUnavailable,
-                            backoff_delay, parse_retry_after)
+from sandbox.client import (AsyncSandboxClient, SandboxClient, SandboxOutcomeUnknown,
+                            SandboxRequestRejected, SandboxResultError, SandboxServerError,
+                            SandboxSessionGone, SandboxUnavailable, backoff_delay,
+                            parse_retry_after)
 
 OK_BODY = {"status": "Success", "message": "", "compile_result": None,
            "run_result": {"status": "Finished", "execution_time": 0.01, "return_code": 0,
@@ -302,3 +303,314 @@ def test_non_retryable_transport_errors_propagate(scripted):
     with SandboxClient("ftp://127.0.0.1:1", **FAST) as client, \
             pytest.raises(httpx.UnsupportedProtocol):
         client.run_code("print(1)", "python")
+
+
+# --- sessions: every call on the session's endpoint; create, fork and run retried only when
+# --- the request provably did not reach the server ------------------------------------------
+
+SESSION_ID = "scripted-" + "0" * 24
+CHILD_ID = "scripted-" + "1" * 24
+CREATED = {"session_id": SESSION_ID, "language": "python", "memory_limit_MB": 1024,
+           "idle_timeout_s": 600.0, "max_lifetime_s": 3600.0,
+           "expires_at": "2030-01-01T00:10:00.000Z"}
+FORKED = {**CREATED, "session_id": CHILD_ID, "parent_id": SESSION_ID, "fork_mode": "replay",
+          "replayed_calls": 1}
+STATE = {**CREATED, "created_at": "2030-01-01T00:00:00.000Z",
+         "last_used_at": "2030-01-01T00:00:01.000Z", "executions": 1, "alive": True,
+         "busy": False, "stateful": True}
+IN_SESSION = {**OK_BODY, "session_id": SESSION_ID, "session_restarted": False}
+GONE = {"detail": f"session {SESSION_ID} not found (deleted, expired, or the server restarted)"}
+
+
+def _usual_answer(method: str, path: str, body) -> tuple:
+    if method == "DELETE":
+        return 204, None, {}, 0
+    if method == "GET":
+        return 200, STATE, {}, 0
+    if path == "/v1/sessions":
+        return 201, CREATED, {}, 0
+    if path.endswith("/fork"):
+        return 201, FORKED, {}, 0
+    return 200, IN_SESSION if (body or {}).get("session_id") else OK_BODY, {}, 0
+
+
+class SessionServer:
+    """ScriptedServer for every method: each request gets the next scripted (status, body,
+    headers, delay_s), then the usual answer of its route; status "drop" reads the request and
+    closes the connection without an answer (a server dying mid-call). A 204 has no body."""
+
+    def __init__(self, *replies) -> None:
+        self.replies = deque(replies)
+        self.received: list[tuple[str, str, object]] = []  # method, path, JSON body
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _serve(self):
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else None
+                with outer.lock:
+                    outer.received.append((self.command, self.path, body))
+                    status, reply, headers, delay = (
+                        outer.replies.popleft() if outer.replies
+                        else _usual_answer(self.command, self.path, body))
+                if delay:
+                    time.sleep(delay)
+                if status == "drop":
+                    self.close_connection = True
+                    return
+                data = b"" if status == 204 else json.dumps(reply).encode()
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    if data:
+                        self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_GET = do_POST = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def calls(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return [(method, path) for method, path, _ in self.received]
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def session_server():
+    servers = []
+
+    def make(*replies, **kw) -> SessionServer:
+        servers.append(SessionServer(*replies, **kw))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+SESSION_PATH = f"/v1/sessions/{SESSION_ID}"
+
+
+def test_session_sends_its_options_and_files_and_deletes_itself(session_server):
+    server = session_server((201, CREATED, {}, 0), (200, IN_SESSION, {}, 0), (200, STATE, {}, 0),
+                            (204, None, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        with client.session("python", memory_limit_MB=256, idle_timeout_s=30,
+                            files={"a.txt": "aGk="}) as session:
+            assert session.id == SESSION_ID and session.files == {"a.txt": "aGk="}
+            result = session.run("print(x)", "stdin text", run_timeout=3, fetch_files=["o.txt"])
+            assert result.session_id == SESSION_ID and result.run_result.stdout == "hi\n"
+            assert session.state().executions == 1
+        assert session.closed
+        with pytest.raises(Exception, match="closed"):
+            session.run("1")
+    assert server.calls() == [("POST", "/v1/sessions"), ("POST", "/run_code"),
+                              ("GET", SESSION_PATH), ("DELETE", SESSION_PATH)]
+    assert server.received[0][2] == {"language": "python", "memory_limit_MB": 256,
+                                     "idle_timeout_s": 30, "files": {"a.txt": "aGk="}}
+    run_body = server.received[1][2]
+    assert {k: run_body[k] for k in ("session_id", "language", "code", "stdin", "run_timeout",
+                                     "fetch_files")} == {
+        "session_id": SESSION_ID, "language": "python", "code": "print(x)", "stdin": "stdin text",
+        "run_timeout": 3, "fetch_files": ["o.txt"]}
+
+
+def test_session_create_is_retried_after_503_and_504_which_make_nothing(session_server):
+    server = session_server((503, {"detail": "full"}, {"Retry-After": "0"}, 0),
+                            (504, {"detail": "busy"}, {"Retry-After": "0"}, 0),
+                            (201, CREATED, {}, 0), (204, None, {}, 0))
+    with SandboxClient(server.url, **FAST) as client, client.session("python") as session:
+        assert session.id == SESSION_ID
+    assert server.calls() == [("POST", "/v1/sessions")] * 3 + [("DELETE", SESSION_PATH)]
+
+
+def test_session_create_fails_over_on_connect_error_and_sticks_to_that_endpoint(session_server):
+    dead = closed_port_url()
+    live = session_server()
+    other = session_server()
+    with SandboxClient([dead, live.url, other.url], **FAST) as client:
+        with client.session("python") as session:
+            assert session.endpoint == live.url
+            for _ in range(4):
+                session.run("x = 1")
+            with session.fork() as child:
+                assert child.id == CHILD_ID and child.endpoint == live.url
+                child.run("x")
+            session.state()
+            # Meanwhile calls without a session are balanced over the healthy endpoints.
+            for _ in range(2):
+                client.run_code("print(1)", "python")
+    assert live.calls() == [("POST", "/v1/sessions")] + [("POST", "/run_code")] * 4 + [
+        ("POST", f"{SESSION_PATH}/fork"), ("POST", "/run_code"),
+        ("DELETE", f"/v1/sessions/{CHILD_ID}"), ("GET", SESSION_PATH), ("POST", "/run_code"),
+        ("DELETE", SESSION_PATH)]
+    assert other.calls() == [("POST", "/run_code")]
+    assert "session_id" not in other.received[0][2]
+
+
+def test_session_create_is_not_retried_after_a_read_timeout(session_server):
+    server = session_server((201, CREATED, {}, 1.5))
+    with SandboxClient(server.url, session_timeout_s=0.3, **FAST) as client:
+        with pytest.raises(SandboxOutcomeUnknown) as caught:
+            with client.session("python", idle_timeout_s=60):
+                pytest.fail("the block must not run without a session")
+    assert isinstance(caught.value.__cause__, httpx.ReadTimeout)
+    assert "may have been made" in str(caught.value) and "60 s" in str(caught.value)
+    assert server.calls() == [("POST", "/v1/sessions")]  # no retry, and nothing to delete
+
+
+def test_session_create_is_not_retried_when_the_connection_drops_mid_call(session_server):
+    server = session_server(("drop", None, {}, 0))
+    with SandboxClient(server.url, **FAST) as client, \
+            pytest.raises(SandboxOutcomeUnknown, match="RemoteProtocolError"):
+        client.session("python").open()
+    assert server.calls() == [("POST", "/v1/sessions")]
+
+
+def test_run_in_a_session_is_retried_only_when_nothing_ran(session_server):
+    server = session_server((201, CREATED, {}, 0),
+                            (504, {"detail": "no sandbox free"}, {"Retry-After": "0"}, 0),
+                            (200, IN_SESSION, {}, 0),      # the retry of the 504
+                            (200, IN_SESSION, {}, 1.0),    # answered after the read timeout
+                            (502, {"detail": "owner did not answer"}, {}, 0),
+                            ("drop", None, {}, 0),
+                            (204, None, {}, 0))
+    with SandboxClient(server.url, timeout_margin_s=0.2, **FAST) as client:
+        with client.session("python") as session:
+            fast = dict(compile_timeout=0.1, run_timeout=0.1)  # read timeout 0.4 s
+            assert session.run("x = 1", **fast).status == "Success"
+            with pytest.raises(SandboxOutcomeUnknown, match="may have run") as caught:
+                session.run("x += 1", **fast)
+            assert isinstance(caught.value.__cause__, httpx.ReadTimeout)
+            with pytest.raises(SandboxOutcomeUnknown, match="HTTP 502"):
+                session.run("x += 1", **fast)
+            with pytest.raises(SandboxOutcomeUnknown, match="RemoteProtocolError"):
+                session.run("x += 1", **fast)
+    assert server.calls() == [("POST", "/v1/sessions")] + [("POST", "/run_code")] * 5 + [
+        ("DELETE", SESSION_PATH)]
+
+
+def test_connect_errors_in_a_session_are_retried_on_its_endpoint_only(session_server):
+    # The create answer closes the connection; then the server goes away: every later try is
+    # refused (provably not sent), so it is retried, but never on the other endpoint.
+    gone = session_server((201, CREATED, {"Connection": "close"}, 0))
+    other = session_server()
+    with SandboxClient([gone.url, other.url], max_attempts=3, **FAST) as client:
+        session = client.session("python").open()
+        gone.close()
+        with pytest.raises(SandboxUnavailable) as caught:
+            session.run("x = 1")
+        assert caught.value.attempts == 3 and list(caught.value.failures) == [gone.url]
+        assert "ConnectError" in caught.value.failures[gone.url]
+    assert other.calls() == []
+
+
+def test_fork_is_retried_after_503_but_not_after_a_dropped_connection(session_server):
+    server = session_server((201, CREATED, {}, 0),
+                            (503, {"detail": "full"}, {"Retry-After": "0"}, 0),
+                            (201, FORKED, {}, 0),
+                            ("drop", None, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        session = client.session("python").open()
+        child = session.fork()
+        assert child.id == CHILD_ID and child.info["fork_mode"] == "replay"
+        with pytest.raises(SandboxOutcomeUnknown, match="forked session may have been made"):
+            session.fork()
+    assert server.calls() == [("POST", "/v1/sessions")] + [("POST", f"{SESSION_PATH}/fork")] * 3
+
+
+def test_state_and_delete_are_retried_like_any_idempotent_call(session_server):
+    server = session_server((201, CREATED, {}, 0),
+                            (200, STATE, {}, 1.0),  # read timeout: retried
+                            (200, STATE, {}, 0),
+                            ("drop", None, {}, 0),  # DELETE dropped: retried
+                            (404, GONE, {}, 0))     # the first one did delete it: fine
+    with SandboxClient(server.url, session_timeout_s=0.4, **FAST) as client:
+        with client.session("python") as session:
+            assert session.state().stateful is True
+    assert session.closed
+    assert server.calls() == [("POST", "/v1/sessions"), ("GET", SESSION_PATH),
+                              ("GET", SESSION_PATH), ("DELETE", SESSION_PATH),
+                              ("DELETE", SESSION_PATH)]
+
+
+def test_session_is_deleted_when_the_block_raises_and_a_delete_failure_is_noted(session_server):
+    server = session_server((201, CREATED, {}, 0), (204, None, {}, 0),
+                            (201, CREATED, {}, 0), (500, {"detail": "boom"}, {}, 0),
+                            (201, CREATED, {}, 0), (500, {"detail": "boom"}, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        with pytest.raises(KeyError):
+            with client.session("python"):
+                raise KeyError("in the block")
+        with pytest.raises(KeyError) as caught:
+            with client.session("python"):
+                raise KeyError("in the block")
+        assert any("deleting the session failed" in note for note in caught.value.__notes__)
+        with pytest.raises(SandboxServerError, match="boom"):
+            with client.session("python"):
+                pass
+    assert server.calls() == [("POST", "/v1/sessions"), ("DELETE", SESSION_PATH)] * 3
+
+
+def test_404_for_a_session_raises_session_gone_at_once(session_server):
+    server = session_server((201, CREATED, {}, 0), (404, GONE, {}, 0), (404, GONE, {}, 0),
+                            (404, GONE, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        with client.session("python") as session:
+            with pytest.raises(SandboxSessionGone) as caught:
+                session.run("print(x)")
+            assert caught.value.session_id == SESSION_ID and caught.value.status == 404
+            assert isinstance(caught.value, SandboxRequestRejected)
+            with pytest.raises(SandboxSessionGone, match="not found"):
+                session.state()
+    assert server.calls() == [("POST", "/v1/sessions"), ("POST", "/run_code"),
+                              ("GET", SESSION_PATH), ("DELETE", SESSION_PATH)]
+
+
+def test_async_session_follows_the_same_rules(session_server):
+    server = session_server((503, {"detail": "full"}, {"Retry-After": "0"}, 0),
+                            (201, CREATED, {}, 0),
+                            (200, IN_SESSION, {}, 0),
+                            (200, IN_SESSION, {}, 1.0),  # read timeout: not retried
+                            (201, FORKED, {}, 0),
+                            (200, STATE, {}, 0),
+                            (204, None, {}, 0),          # the child's delete
+                            ("drop", None, {}, 0),       # the parent's delete: retried
+                            (204, None, {}, 0))
+
+    async def main():
+        async with AsyncSandboxClient(server.url, timeout_margin_s=0.2, **FAST) as client:
+            async with client.session("python") as session:
+                assert (await session.run("x = 1")).session_id == SESSION_ID
+                with pytest.raises(SandboxOutcomeUnknown, match="may have run"):
+                    await session.run("x += 1", compile_timeout=0.1, run_timeout=0.1)
+                async with await session.fork() as child:
+                    assert child.id == CHILD_ID and child.endpoint == session.endpoint
+                    assert (await child.state()).executions == 1
+            return session, child
+
+    session, child = asyncio.run(main())
+    assert session.closed and child.closed
+    assert server.calls() == [("POST", "/v1/sessions")] * 2 + [("POST", "/run_code")] * 2 + [
+        ("POST", f"{SESSION_PATH}/fork"), ("GET", f"/v1/sessions/{CHILD_ID}"),
+        ("DELETE", f"/v1/sessions/{CHILD_ID}"), ("DELETE", SESSION_PATH),
+        ("DELETE", SESSION_PATH)]
