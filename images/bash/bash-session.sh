@@ -13,7 +13,9 @@ exec 0</dev/null 1>/dev/null 2>/dev/null
 printf 'READY\n' >&4
 while IFS=' ' read -r __sandbox_verb __sandbox_seq __sandbox_rest <&4; do
     [[ $__sandbox_verb == RUN && $__sandbox_seq =~ ^[0-9]+$ ]] || continue
-    . "$__sandbox_control/$__sandbox_seq.code" <"$__sandbox_control/$__sandbox_seq.stdin" \
+    __sandbox_stdin=$__sandbox_control/$__sandbox_seq.stdin
+    [[ -e $__sandbox_stdin ]] || __sandbox_stdin=/dev/null  # none given
+    . "$__sandbox_control/$__sandbox_seq.code" <"$__sandbox_stdin" \
         >>"$__sandbox_control/$__sandbox_seq.out" 2>>"$__sandbox_control/$__sandbox_seq.err"
     printf 'DONE %s %d\n' "$__sandbox_seq" "$?" >&4
 done

@@ -3,7 +3,7 @@ globals, imports and open objects live from one call to the next, like a noteboo
 
 fd 4 is the server's control socket; the control folder (argv[1]) is the server's, read-only
 for us but for the output files it made for each call. Per call the server writes
-<seq>.code and <seq>.stdin, makes <seq>.out, <seq>.err and <seq>.display for us, and sends
+<seq>.code and <seq>.stdin (none: empty), makes <seq>.out, <seq>.err and <seq>.display for us, and sends
 
     RUN <seq> <display 0|1>\\n          run the cell
     INT <seq>\\n                        interrupt it (KeyboardInterrupt), at its deadline
@@ -81,7 +81,11 @@ def path(seq: int, kind: str) -> str:
 def bind_stdio(seq: int) -> None:
     """fds 0-2 on the call's files (so subprocesses' output is the cell's too), and new
     sys.stdin/stdout/stderr over them as the interpreter makes them at start-up."""
-    fds = [os.open(path(seq, "stdin"), os.O_RDONLY),
+    try:
+        stdin = os.open(path(seq, "stdin"), os.O_RDONLY)
+    except FileNotFoundError:  # none given
+        stdin = os.open(os.devnull, os.O_RDONLY)
+    fds = [stdin,
            os.open(path(seq, "out"), os.O_WRONLY | os.O_TRUNC | os.O_APPEND),
            os.open(path(seq, "err"), os.O_WRONLY | os.O_TRUNC | os.O_APPEND)]
     for target, fd in enumerate(fds):

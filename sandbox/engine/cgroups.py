@@ -7,6 +7,7 @@ Docker backend falls back to the daemon's stats.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +65,68 @@ def cgroup_memory_now(cgroups_path: str) -> int | None:
     if v1.is_dir():
         return _read_int(v1 / "memory.usage_in_bytes")
     return _read_int(CGROUP_ROOT / rel / "memory.current")
+
+
+class CgroupMemory:
+    """The memory files of one long-lived container's cgroup, found once (v1 or v2) and read
+    with plain system calls: a session reads them around every call."""
+
+    def __init__(self, cgroups_path: str) -> None:
+        rel = cgroups_path.lstrip("/")
+        v1 = CGROUP_ROOT / "memory" / rel
+        if v1.is_dir():
+            self._peak, self._events = str(v1 / "memory.max_usage_in_bytes"), str(v1 / "memory.oom_control")
+            self._now, self._resettable = str(v1 / "memory.usage_in_bytes"), True
+        else:
+            v2 = CGROUP_ROOT / rel
+            self._peak, self._events = str(v2 / "memory.peak"), str(v2 / "memory.events")
+            self._now, self._resettable = str(v2 / "memory.current"), False
+
+    @staticmethod
+    def _read(path: str) -> bytes | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return os.read(fd, 4096)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+    def _int(self, path: str) -> int | None:
+        data = self._read(path)
+        try:
+            return int(data) if data is not None else None
+        except ValueError:
+            return None
+
+    def now(self) -> int | None:
+        return self._int(self._now)
+
+    def facts(self) -> MemoryFacts:
+        oom = None
+        for line in (self._read(self._events) or b"").splitlines():
+            name, _, value = line.partition(b" ")
+            if name == b"oom_kill" and value.strip().isdigit():
+                oom = int(value)
+        return MemoryFacts(self._int(self._peak), oom)
+
+    def reset_peak(self) -> None:
+        """Start a new peak (cgroup v1; on v2 the peak stays the container's)."""
+        if not self._resettable:
+            return
+        try:
+            fd = os.open(self._peak, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.write(fd, b"0")
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:

@@ -45,6 +45,7 @@ class Interpreter:
     def __init__(self, live) -> None:
         self.live = live
         self._seq = 0
+        self._oom_kills = 0  # the cgroup's OOM kills so far
         self.restarts = 0
 
     async def start(self, lifetime_s: float) -> None:
@@ -56,6 +57,7 @@ class Interpreter:
     async def restart(self, lifetime_s: float) -> None:
         await self.live.stop()
         self.restarts += 1
+        self._oom_kills = 0  # a new container, a new cgroup
         await self.live.start(lifetime_s)
 
     async def call(self, code: str, stdin: bytes, timeout_s: float, output_limit: int,
@@ -63,18 +65,21 @@ class Interpreter:
         live = self.live
         self._seq += 1
         seq = self._seq
-        kinds = ("code", "stdin", "out", "err", "display") if display else ("code", "stdin", "out", "err")
-        names = {kind: f"{seq}.{kind}" for kind in kinds}
+        # No stdin file: the interpreter gives the cell /dev/null.
+        inputs = ("code", "stdin") if stdin else ("code",)
+        outputs = ("out", "err", "display") if display else ("out", "err")
+        names = {kind: f"{seq}.{kind}" for kind in inputs + outputs}
         try:
             live.write_control(names["code"], code.encode("utf-8", "surrogateescape"))
-            live.write_control(names["stdin"], stdin)
-            for kind in kinds[2:]:
+            if stdin:
+                live.write_control(names["stdin"], stdin)
+            for kind in outputs:
                 live.make_output(names[kind])
         except OSError as exc:
             live.remove_control(list(names.values()))
             raise BackendError(f"cannot hand the call to the session's interpreter: {exc}") from exc
         live.reset_peak()
-        oom_before = live.memory_facts().oom_kills
+        oom_before = self._oom_kills  # the counter only grows: what the last call left
         started = time.monotonic()
         try:
             await live.send(b"RUN %d %d\n" % (seq, int(display)))
@@ -102,8 +107,8 @@ class Interpreter:
         if needs_restart and live.ended.done() and not timed_out:
             exit_code = _exit_code(live.ended.result())  # the interpreter died: how
         facts = live.memory_facts()
-        oom = (facts.oom_kills is not None and oom_before is not None
-               and facts.oom_kills > oom_before)
+        oom = facts.oom_kills is not None and facts.oom_kills > oom_before
+        self._oom_kills = facts.oom_kills or 0
         stdout, out_cut = live.read_control(names["out"], output_limit)
         stderr, err_cut = live.read_control(names["err"], output_limit)
         displays = []

@@ -17,11 +17,9 @@ import contextlib
 import logging
 import os
 import socket
-from pathlib import Path
 from typing import Sequence
 
-from ..cgroups import (MemoryFacts, cgroup_memory_facts, cgroup_memory_now, remove_cgroup,
-                       reset_peak)
+from ..cgroups import CgroupMemory, MemoryFacts, remove_cgroup
 from ..output import CappedBuffer
 from .base import SANDBOX_UID, BackendError, SandboxUnavailable
 from .host import _mount_tmpfs
@@ -47,6 +45,7 @@ class LiveProcess:
         self._proc = None
         self._name = ""
         self.cgroups_path = ""
+        self._memory: CgroupMemory | None = None
         self._status_sock: socket.socket | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.reader: asyncio.StreamReader | None = None
@@ -89,6 +88,8 @@ class LiveProcess:
                    else f"did not answer within {READY_TIMEOUT_S:g} s")
             await self.stop()
             raise BackendError(f"the session's interpreter {why}: {self.said()[-400:]}")
+        # Only now is the container's cgroup sure to exist (the runtime makes it as it starts).
+        self._memory = CgroupMemory(self.cgroups_path)
 
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(1 << 16):
@@ -117,13 +118,13 @@ class LiveProcess:
         await self._writer.drain()
 
     def reset_peak(self) -> None:
-        reset_peak(self.cgroups_path)
+        self._memory.reset_peak()
 
     def memory_facts(self) -> MemoryFacts:
-        return cgroup_memory_facts(self.cgroups_path)
+        return self._memory.facts()
 
     def memory_now(self) -> int | None:
-        return cgroup_memory_now(self.cgroups_path)
+        return self._memory.now() if self._proc is not None and self._memory is not None else None
 
     async def stop(self) -> None:
         """Kill the container and wait for it to go; the work directory stays."""
@@ -155,13 +156,18 @@ class LiveProcess:
     # The control folder: our files, made by the server (root) before each call.
 
     def write_control(self, name: str, data: bytes) -> None:
-        with open(os.open(self.control_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-                          | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644), "wb") as f:
-            f.write(data)
+        fd = os.open(f"{self.control_dir}/{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
 
     def make_output(self, name: str) -> None:
         """An empty file the interpreter may write (and nothing else there)."""
-        fd = os.open(self.control_dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+        fd = os.open(f"{self.control_dir}/{name}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC
                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
             os.fchown(fd, SANDBOX_UID, SANDBOX_UID)
@@ -170,16 +176,16 @@ class LiveProcess:
 
     def read_control(self, name: str, limit: int) -> tuple[bytes, bool]:
         """(at most ``limit`` bytes of the file, whether there was more)."""
-        path: Path = self.control_dir / name
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = os.open(f"{self.control_dir}/{name}", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK
+                         | os.O_CLOEXEC)
         except FileNotFoundError:
             return b"", False
-        with open(fd, "rb") as f:
-            data = f.read(limit + 1)
+        with open(fd, "rb", buffering=0) as f:
+            data = f.readall() if limit >= (1 << 62) else f.read(limit + 1)
         return data[:limit], len(data) > limit
 
     def remove_control(self, names: Sequence[str]) -> None:
         for name in names:
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.control_dir / name)
+                os.unlink(f"{self.control_dir}/{name}")
