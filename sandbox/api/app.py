@@ -17,6 +17,7 @@ from .. import __version__
 from ..config import Settings, get_settings
 from ..engine import Engine, Overloaded
 from ..engine.compile_cache import CompileCache
+from ..engine.instance_lock import InstanceLock
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
@@ -65,10 +66,17 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @asynccontextmanager
     async def lifespan(app: FastAPI):
         warming = None
+        instance_lock = InstanceLock(settings.run_dir / ".locks", settings.instance)
+        alone = instance_lock.acquire()
         try:
-            removed = await engine.backend.remove_leftovers()
-            if removed:
-                log.warning("removed %d sandbox container(s) left by an earlier server", removed)
+            if alone:
+                removed = await engine.backend.remove_leftovers()
+                if removed:
+                    log.warning("removed %d sandbox container(s) left by an earlier server", removed)
+            else:
+                log.warning("another server of instance %r is running on this host: its sandboxes "
+                            "are left alone (give each server its own SANDBOX_INSTANCE)",
+                            settings.instance)
             missing = await engine.backend.missing_images([spec.image for spec in registry])
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
@@ -81,7 +89,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 if problem and backend is None and settings.backend == "auto":
                     log.warning("oci backend failed its probe (%s); using the docker backend", problem)
                     engine.backend = make_docker(settings)
-                    await engine.backend.remove_leftovers()
+                    if alone:
+                        await engine.backend.remove_leftovers()
                 elif problem:
                     log.error("oci backend failed its probe: %s", problem)
                     app.state.services.backend_problem = problem
@@ -97,6 +106,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             warming.cancel()
         await app.state.services.sessions.close()
         await engine.backend.close()
+        instance_lock.release()
 
     app = FastAPI(
         title="LLM code sandbox",

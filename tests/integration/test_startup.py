@@ -135,3 +135,35 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
     finally:
         if run_dir_on_tmpfs:
             subprocess.run(["umount", "-l", str(run_dir)], check=False)
+
+
+def test_a_second_server_of_the_same_instance_leaves_the_first_ones_sandboxes(oci_server, tmp_path):
+    """Rolling restarts and a second `make serve`: a server that starts beside a live one of
+    the same instance name does not sweep that one's sandboxes (its session lives on)."""
+    import requests
+
+    from tests.conftest import running_server
+
+    instance = f"twin-{uuid.uuid4().hex[:8]}"
+    with running_server(tmp_path, instance=instance, backend="oci") as first:
+        session = requests.post(f"{first}/v1/sessions", json={"language": "python"}, timeout=60).json()
+        run = {"language": "python", "session_id": session["session_id"]}
+        requests.post(f"{first}/run_code", json={**run, "code": "kept = 'yes'"}, timeout=60)
+        proc, second = start_second(tmp_path, instance)
+        try:
+            answer = requests.post(f"{second}/run_code", json={"code": "print(1)", "language": "python"},
+                                   timeout=60).json()
+            assert answer["run_result"]["stdout"] == "1\n"
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+        after = requests.post(f"{first}/run_code", json={**run, "code": "print(kept)"}, timeout=60).json()
+        assert after["run_result"]["stdout"] == "yes\n" and after["session_restarted"] is False
+        logs = "".join(p.read_text() for p in tmp_path.glob(f"server-{instance}-*.log"))
+        assert "another server of instance" in logs
+
+
+def start_second(tmp_path, instance):
+    from tests.conftest import start_server
+
+    return start_server(tmp_path, instance, backend="oci")
