@@ -7,6 +7,7 @@ Docker backend falls back to the daemon's stats.
 
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,10 +144,11 @@ def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
         for folder in folders:
             try:
                 folder.rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError:
-                left.append(folder)
+            except OSError as exc:
+                # EBUSY: processes still inside. Not a cgroup (ENOTEMPTY: a plain folder, as
+                # crun leaves under a hybrid host's hidden v2 mount point): not ours to wait for.
+                if exc.errno == errno.EBUSY:
+                    left.append(folder)
         if not left or time.monotonic() > deadline:
             return not left
         folders = left
