@@ -142,13 +142,13 @@ class Session:
                 raise SessionGone(self.id)
             self.busy = True
             try:
-                async with engine.slot():
+                async with engine.slot():  # Overloaded (HTTP 504) if none is free in time
                     result = await self._run(engine, job, display)
             finally:
                 self.busy = False
-                self.executions += 1
                 self.last_used = time.time()
                 self._last_used_mono = time.monotonic()
+            self.executions += 1
             if log:
                 self.history.append(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
                                          restarted_after=result.restarted))
