@@ -29,7 +29,8 @@ from .schemas import RunCodeRequest, RunCodeResponse
 from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse,
                               SessionCreated, SessionCreateRequest, SessionForked, SessionList,
                               SessionState)
-from .translate import HOSTNAME, InvalidRequest, _decode_files, _memory, build_job, to_response
+from .translate import (HOSTNAME, InvalidRequest, _decode_files, _memory, _require_unicode,
+                        build_job, to_response)
 
 FORWARDED_HEADER = "X-Sandbox-Forwarded-By"
 NOT_FOUND = "session {id} not found (deleted, expired, or the server restarted)"
@@ -168,7 +169,7 @@ def session_router(services) -> APIRouter:
     settings: Settings = services.settings
     sessions: SessionRegistry = services.sessions
 
-    def owned(session_id: str, request: Request):
+    def owned(session_id: str):
         """The session, or the replica to forward to."""
         try:
             return sessions.get(session_id), None
@@ -194,6 +195,7 @@ def session_router(services) -> APIRouter:
                              settings)
         probe = build_job(RunCodeRequest(code="", language=spec.language), services.registry, settings)
         limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
+        _require_unicode(("files path", path) for path in req.files)
         try:
             files = _decode_files(req.files, settings)
         except UnsafePath as exc:
@@ -212,7 +214,7 @@ def session_router(services) -> APIRouter:
                 responses={404: {"description": "No such session (deleted, expired, restarted server)."},
                            422: {"description": "Not a session id."}})
     async def get(session_id: str, request: Request):
-        session, replica = owned(session_id, request)
+        session, replica = owned(session_id)
         if session is None:
             return await _forward(request, replica, settings)
         return _state(session)
@@ -223,7 +225,7 @@ def session_router(services) -> APIRouter:
                             501: {"description": "This server's backend has no sessions (docker)."},
                             503: {"description": "No room for another session; retry after `Retry-After` s."}})
     async def fork(session_id: str, request: Request):
-        session, replica = owned(session_id, request)
+        session, replica = owned(session_id)
         if session is None:
             return await _forward(request, replica, settings)
         child, mode = await sessions.fork(session_id)
@@ -234,7 +236,7 @@ def session_router(services) -> APIRouter:
                    summary="End a session: its container and files are gone",
                    responses={404: {"description": "No such session."}})
     async def delete(session_id: str, request: Request):
-        session, replica = owned(session_id, request)
+        session, replica = owned(session_id)
         if session is None:
             return await _forward(request, replica, settings)
         await sessions.delete(session_id)
@@ -258,6 +260,7 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
     if req.total_timeout > settings.max_timeout_s or (req.cell_timeout or 0) > settings.max_timeout_s:
         raise InvalidRequest(f"total_timeout and cell_timeout must be at most "
                              f"{settings.max_timeout_s:g} s (SANDBOX_MAX_TIMEOUT_S)")
+    _require_unicode((f"cells[{i}]", cell) for i, cell in enumerate(req.cells))
     probe = build_job(RunCodeRequest(code="", language="python", fetch_files=req.fetch_files,
                                      files=req.files), services.registry, settings)
     limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
@@ -282,9 +285,11 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
                 status, message = "SandboxError", result.error
                 break
             cell = JupyterCell(stdout=decode_output(step.stdout), stderr=decode_output(step.stderr))
-            for item in outcome.displays:
-                if item.get("type") == "display":
-                    cell.display.append(item.get("data", {}))
+            for item in outcome.displays:  # what the cell could also write: checked
+                if not isinstance(item, dict):
+                    continue
+                if item.get("type") == "display" and isinstance(item.get("data"), dict):
+                    cell.display.append(item["data"])
                 elif item.get("type") == "error":
                     cell.error.append({k: item.get(k) for k in ("ename", "evalue", "traceback")})
             if step.status.value == "TimeLimitExceeded":

@@ -11,7 +11,6 @@ import logging
 import re
 import secrets
 from collections import Counter
-from typing import Callable
 
 from ..engine import Engine
 from ..engine.models import Limits
@@ -58,8 +57,6 @@ class SessionRegistry:
         self._starting = 0
         self.totals: Counter = Counter()   # (event, language) -> count, for /metrics
         self._reaper: asyncio.Task | None = None
-        # Called with (event, session) on created / expired / deleted / forked / restarted.
-        self.on_event: Callable[[str, Session], None] | None = None
 
     # Lookup
 
@@ -150,9 +147,8 @@ class SessionRegistry:
             log.exception("could not remove session %s", session.id)
 
     def _note(self, event: str, session: Session) -> None:
+        """Count created / expired / deleted / forked / restarted, by language."""
         self.totals[(event, session.spec.language)] += 1
-        if self.on_event is not None:
-            self.on_event(event, session)
 
     # Expiry
 

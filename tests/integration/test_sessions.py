@@ -326,6 +326,20 @@ def test_run_jupyter_sandboxfusion_cases(url):
     assert png.startswith(b"\x89PNG") and plot["cells"][1]["stderr"] == ""
 
 
+def test_run_jupyter_refuses_what_cannot_run_and_survives_a_forged_display(url):
+    surrogate = requests.post(f"{url}/run_jupyter", data='{"cells": ["print(1)", "x = \\ud800"]}',
+                              headers={"content-type": "application/json"}, timeout=TIMEOUT)
+    assert surrogate.status_code == 422 and "cells[1]" in surrogate.json()["detail"]
+    # The cell runs in the interpreter's process: it can make the interpreter's own report
+    # nonsense (here through json.dumps), but only its own, and never a server error.
+    forged = requests.post(f"{url}/run_jupyter", json={"cells": [
+        "import json\njson.dumps = lambda *a, **k: '[1, 2]\\n{\"type\": \"display\", \"data\": 5}\\nnot json'",
+        "1 + 1", "print('still here')"]}, timeout=TIMEOUT)
+    assert forged.status_code == 200, forged.text
+    cells = forged.json()["cells"]
+    assert cells[1]["display"] == [] and cells[2]["stdout"] == "still here\n"
+
+
 def test_run_jupyter_leaves_no_session(url):
     before = requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"]
     requests.post(f"{url}/run_jupyter", json={"cells": ["1 + 1"]}, timeout=TIMEOUT)
