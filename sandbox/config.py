@@ -216,7 +216,8 @@ class Settings(BaseSettings):
     instance: str = Field(
         "default",
         description="Name of this server among those sharing one Docker daemon; at start-up "
-                    "it removes containers a previous server of the same name left behind.")
+                    "it removes containers a previous server of the same name left behind "
+                    "(not while another server of that name runs on this host).")
     docker_warm_pool: int = Field(
         2, ge=0,
         description="docker backend: started, never-used containers kept ready per image and "
