@@ -5,7 +5,8 @@
     kubectl -n llm-sandbox port-forward svc/llm-sandbox 8080 & python3 deploy/smoke.py http://127.0.0.1:8080
 
 Standard library only. Checks readiness, one program per served language, a timeout, a memory
-cap, no network and the unprivileged user; prints one line per check, exits 1 if any failed.
+cap, no network and the unprivileged user, and a Python session keeping state; prints one line
+per check, exits 1 if any failed.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import urllib.request
 
 SUM_PROGRAMS = {  # read "40 2", print 42
     "python": "print(sum(map(int, input().split())))",
+    "bash": "read a b; echo $((a + b))",
     "cpp": "#include <bits/stdc++.h>\nint main(){long a,b;std::cin>>a>>b;std::cout<<a+b<<std::endl;}",
     "java": "import java.util.*;public class Main{public static void main(String[] x){"
             "Scanner s=new Scanner(System.in);System.out.println(s.nextLong()+s.nextLong());}}",
@@ -63,6 +65,16 @@ def checks(url: str):
     net = run(url, "python", "import os, socket\nprint(os.getuid())\nsocket.create_connection(('1.1.1.1', 53), timeout=2)")
     yield "no network, uid 65534", net["status"] == "Failed" and net["run_result"]["stdout"] == "65534\n", \
         net["run_result"]["stderr"].strip().splitlines()[-1:]
+    status, session = call(url, "/v1/sessions", {"language": "python"})
+    if status != 201:
+        yield "session keeps state", False, f"HTTP {status}: {session}"
+        return
+    run(url, "python", "x = 41", session_id=session["session_id"])
+    kept = run(url, "python", "print(x + 1)", session_id=session["session_id"])
+    yield "session keeps state", kept["run_result"]["stdout"] == "42\n", kept["message"] or kept["run_result"]
+    request = urllib.request.Request(f"{url}/v1/sessions/{session['session_id']}", method="DELETE")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        yield "session deleted", response.status == 204, response.status
 
 
 def main(argv: list[str]) -> int:

@@ -96,9 +96,10 @@ def test_deploy_smoke_drill_passes_against_the_image(image_server):
     drill = subprocess.run([sys.executable, str(REPO_ROOT / "deploy" / "smoke.py"), url],
                            capture_output=True, text=True, timeout=600)
     assert drill.returncode == 0, drill.stdout + drill.stderr
-    for language in ("python", "cpp", "java", "nodejs", "go", "rust", "sql"):
+    for language in ("python", "cpp", "java", "nodejs", "go", "rust", "sql", "bash"):
         assert f"ok   {language} runs" in drill.stdout, drill.stdout
     assert "ok   ready: oci (crun)" in drill.stdout
+    assert "ok   session keeps state" in drill.stdout and "ok   session deleted" in drill.stdout
 
 
 def test_image_moves_files_and_carries_no_docker(image_server):

@@ -259,3 +259,20 @@ def test_signalling_pid_1_cannot_change_the_verdict(run, backend_name, still_ali
     if backend_name == "oci":  # sandbox-init ignores them all: the program's own exit stands
         assert result["run_result"]["return_code"] == 3
         assert result["run_result"]["stdout"] == "still here\n"
+
+
+def test_a_sandbox_sees_only_its_own_cgroup(run, still_alive):
+    """cgroups: no host path in /proc/self/cgroup or in the cgroup mounts' roots, and no other
+    cgroup (a sibling sandbox, the host's services, the Docker daemon) under /sys/fs/cgroup:
+    every sandbox has its own cgroup namespace."""
+    code = (
+        "import os\n"
+        "paths = [line.split(':', 2)[2] for line in open('/proc/self/cgroup').read().splitlines()]\n"
+        "roots = [line.split()[3] for line in open('/proc/self/mountinfo') if ' - cgroup' in line]\n"
+        "v2 = os.path.exists('/sys/fs/cgroup/cgroup.controllers')\n"
+        "nested = []\n"
+        "for top, dirs, _ in os.walk('/sys/fs/cgroup'):\n"
+        "    if v2 or top.count('/') > 3:  # v1: below each hierarchy's own folder\n"
+        "        nested += [os.path.join(top, d) for d in dirs]\n"
+        "print(sorted(set(paths)), sorted(set(roots)), nested)")
+    assert probe(run, code) == "['/'] ['/'] []\n"

@@ -32,7 +32,7 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     memory_limits: dict = {"limit": memory}
     if swap_accounting:
         memory_limits["swap"] = memory  # memory + swap = memory: no swap
-    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount")]
+    namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "cgroup")]
     if not limits.network:
         namespaces.append({"type": "network"})
     seccomp = {} if seccomp_annotations else {"seccomp": SECCOMP_PROFILE}

@@ -376,6 +376,7 @@ class DockerBackend:
             nano_cpus=int(limits.cpus * 1e9),
             pids_limit=limits.pids,
             network_mode="bridge" if limits.network else "none",
+            cgroupns="private",  # its own cgroup at /sys/fs/cgroup, no host path (v1's default is host)
             cap_drop=["ALL"],
             # The same filter as the oci backend: Docker's default, minus io_uring and ptrace.
             security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE_JSON}"],

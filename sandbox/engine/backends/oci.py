@@ -11,8 +11,8 @@ No daemon on the request path. Per job:
 - PID 1 is ``sandbox-init`` (from the base image): it runs the step, reports the exact exit
   status and resource use on a socket outside the program's reach, and holds the container
   open until the server has read the cgroup's memory facts;
-- isolation as with Docker (``bundle.py``): new mount/PID/IPC/UTS/network namespaces (no interfaces but a
-  downed loopback), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
+- isolation as with Docker (``bundle.py``): new mount/PID/IPC/UTS/cgroup/network namespaces (no
+  interfaces but a downed loopback; the sandbox's own cgroup is its /sys/fs/cgroup), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
   no-new-privileges, Docker's default seccomp filter (without io_uring and ptrace; compiled
   once to BPF for crun), masked /proc paths.
 """
