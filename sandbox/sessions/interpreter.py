@@ -32,13 +32,6 @@ class CallResult:
     displays: list[dict] = field(default_factory=list)  # with display: results and errors
 
 
-def _exit_code(status_line: str) -> int | None:
-    parts = status_line.split()
-    if len(parts) >= 2 and parts[0] in ("exit", "signal") and parts[1].lstrip("-").isdigit():
-        return int(parts[1]) if parts[0] == "exit" else -int(parts[1])
-    return None
-
-
 class Interpreter:
     """Drives one session's ``LiveProcess``; the caller serialises calls."""
 
@@ -105,7 +98,7 @@ class Interpreter:
             # The control socket closed as the interpreter died; init reports how just after.
             await asyncio.wait({live.ended}, timeout=2.0)
         if needs_restart and live.ended.done() and not timed_out:
-            exit_code = _exit_code(live.ended.result())  # the interpreter died: how
+            exit_code = live.ended.result()  # the interpreter died: how
         facts = live.memory_facts()
         oom = facts.oom_kills is not None and facts.oom_kills > oom_before
         self._oom_kills = facts.oom_kills or 0

@@ -11,10 +11,11 @@ No daemon on the request path. Per job:
 - PID 1 is ``sandbox-init`` (from the base image): it runs the step, reports the exact exit
   status and resource use on a socket outside the program's reach, and holds the container
   open until the server has read the cgroup's memory facts;
-- isolation as with Docker (``bundle.py``): new mount/PID/IPC/UTS/cgroup/network namespaces (no
-  interfaces but a downed loopback; the sandbox's own cgroup is its /sys/fs/cgroup), cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities,
-  no-new-privileges, Docker's default seccomp filter (without io_uring and ptrace; compiled
-  once to BPF for crun), masked /proc paths.
+- isolation as with Docker (``bundle.py``): new mount/PID/IPC/UTS/cgroup/network namespaces
+  (no interfaces but a downed loopback; the sandbox's own cgroup is its /sys/fs/cgroup),
+  cgroup memory (= swap), CPU and pids limits, uid 65534, no capabilities, no-new-privileges,
+  Docker's default seccomp filter (without io_uring and ptrace; compiled once to BPF for
+  crun), masked /proc paths.
 """
 
 from __future__ import annotations
@@ -193,7 +194,6 @@ class OciSandbox:
                          stdin: bytes, started: float, deadline: float, limit: int) -> StepResult:
         stdout, stderr = CappedBuffer(limit), CappedBuffer(limit)
         flooded = asyncio.Event()
-        loop = asyncio.get_running_loop()
         status_sock.setblocking(False)
 
         async def feed() -> None:
@@ -214,19 +214,10 @@ class OciSandbox:
                 if not buf.write(chunk):
                     flooded.set()
 
-        async def status() -> str:
-            data = b""
-            while not data.endswith(b"\n"):
-                chunk = await loop.sock_recv(status_sock, 256)
-                if not chunk:
-                    break
-                data += chunk
-            return data.decode(errors="replace").strip()
-
         feeder = asyncio.create_task(feed())
         drains = [asyncio.create_task(drain(proc.stdout, stdout)),
                   asyncio.create_task(drain(proc.stderr, stderr))]
-        status_task = asyncio.create_task(status())
+        status_task = asyncio.create_task(read_status(status_sock))
         flood_task = asyncio.create_task(flooded.wait())
         timed_out = False
         try:
@@ -263,7 +254,7 @@ class OciSandbox:
         if timed_out:
             return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
                               stdout.truncated, stderr.truncated)
-        exit_code = _parse_status(line)
+        exit_code = parse_status(line)
         if flooded.is_set():
             exit_code = -9  # we stopped it
         elif exit_code is None:
@@ -310,7 +301,21 @@ async def _wait_exit(proc, runtime: str) -> None:
                            f"killed") from None
 
 
-def _parse_status(line: str) -> int | None:
+async def read_status(sock: socket.socket) -> str:
+    """sandbox-init's one line on its status socket (non-blocking): "exit N ..." or
+    "signal N ...", or "" if init went without a word."""
+    loop = asyncio.get_running_loop()
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = await loop.sock_recv(sock, 256)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode(errors="replace").strip()
+
+
+def parse_status(line: str) -> int | None:
+    """The exit code in init's status line (negative signal number), or None."""
     parts = line.split()
     if len(parts) >= 2 and parts[0] in ("exit", "signal") and parts[1].lstrip("-").isdigit():
         return int(parts[1]) if parts[0] == "exit" else -int(parts[1])

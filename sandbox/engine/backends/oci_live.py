@@ -23,7 +23,7 @@ from ..cgroups import CgroupMemory, MemoryFacts, remove_cgroup
 from ..output import CappedBuffer
 from .base import SANDBOX_UID, BackendError, SandboxUnavailable
 from .host import _mount_tmpfs
-from .oci import INIT, OciSandbox, _wait_exit
+from .oci import INIT, OciSandbox, _wait_exit, parse_status, read_status
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,9 @@ class LiveProcess:
         self._status_sock: socket.socket | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.reader: asyncio.StreamReader | None = None
-        self.ended: asyncio.Task | None = None  # result: the interpreter's exit status line
+        # Done once the interpreter ended; its result: the exit code (negative signal
+        # number), or None when init itself went without a word.
+        self.ended: asyncio.Task | None = None
         self._drains: list[asyncio.Task] = []
         self.diagnostics = CappedBuffer(16 << 10)
 
@@ -84,7 +86,8 @@ class LiveProcess:
                                      return_when=asyncio.FIRST_COMPLETED)
         if ready not in done or ready.result() != b"READY\n":
             ready.cancel()
-            why = (f"ended ({self.ended.result()})" if self.ended.done() and not self.ended.exception()
+            why = (f"ended (exit code {self.ended.result()})"
+                   if self.ended.done() and not self.ended.exception()
                    else f"did not answer within {READY_TIMEOUT_S:g} s")
             await self.stop()
             raise BackendError(f"the session's interpreter {why}: {self.said()[-400:]}")
@@ -99,19 +102,9 @@ class LiveProcess:
         """What the runtime and init wrote (start-up failures)."""
         return self.diagnostics.getvalue().decode(errors="replace").strip()
 
-    async def _watch_status(self) -> str:
-        """init's line once the interpreter ended ("exit N ..." or "signal N ..."); "" if init
-        itself went."""
-        loop = asyncio.get_running_loop()
-        sock = self._status_sock
-        sock.setblocking(False)
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = await loop.sock_recv(sock, 256)
-            if not chunk:
-                break
-            data += chunk
-        return data.decode(errors="replace").strip()
+    async def _watch_status(self) -> int | None:
+        self._status_sock.setblocking(False)
+        return parse_status(await read_status(self._status_sock))
 
     async def send(self, data: bytes) -> None:
         self._writer.write(data)
