@@ -10,20 +10,14 @@ import pytest
 import requests
 
 from sandbox.client import AsyncSandboxClient, SandboxClient, SandboxSessionGone
-from tests.conftest import _oci_problem, running_server
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 120
 
 
 @pytest.fixture(scope="module")
-def url(docker_ready, tmp_path_factory):
-    problem = _oci_problem()
-    if problem:
-        pytest.skip(problem)
-    with running_server(tmp_path_factory.mktemp("session-client"), backend="oci",
-                        max_concurrency=4) as base:
-        yield base
+def url(oci_server):
+    return oci_server
 
 
 def status_of(url: str, session_id: str) -> int:

@@ -27,7 +27,6 @@ import requests
 import yaml
 
 from sandbox.config import REPO_ROOT
-from tests.conftest import _oci_problem, running_server
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 120
@@ -108,13 +107,8 @@ def _load_verl():
 
 
 @pytest.fixture(scope="module")
-def url(docker_ready, tmp_path_factory):
-    problem = _oci_problem()
-    if problem:
-        pytest.skip(problem)
-    with running_server(tmp_path_factory.mktemp("verl-tool"), backend="oci",
-                        max_concurrency=4) as base:
-        yield base
+def url(oci_server):
+    return oci_server
 
 
 @pytest.fixture(scope="module")
