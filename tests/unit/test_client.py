@@ -27,7 +27,34 @@ OK_BODY = {"status": "Success", "message": "", "compile_result": None,
            "executor_pod_name": "scripted", "files": {}}
 
 
-class ScriptedServer:
+class LocalHTTPServer:
+    """A real HTTP server on 127.0.0.1, serving in a thread; subclasses give the handler."""
+
+    def _start(self, handler) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _made(kind):
+    """A fixture body: yields a maker of ``kind`` servers, closes each made one after."""
+    servers = []
+
+    def make(*replies, **kw):
+        servers.append(kind(*replies, **kw))
+        return servers[-1]
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+class ScriptedServer(LocalHTTPServer):
     """A real HTTP server on 127.0.0.1 answering each POST with the next scripted reply
     (status, body, headers, delay_s); once the script runs out, ``default`` answers."""
 
@@ -66,27 +93,12 @@ class ScriptedServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._start(Handler)
 
 
 @pytest.fixture
 def scripted():
-    servers = []
-
-    def make(*replies, **kw) -> ScriptedServer:
-        servers.append(ScriptedServer(*replies, **kw))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
+    yield from _made(ScriptedServer)
 
 
 def closed_port_url() -> str:
@@ -334,7 +346,7 @@ def _usual_answer(method: str, path: str, body) -> tuple:
     return 200, IN_SESSION if (body or {}).get("session_id") else OK_BODY, {}, 0
 
 
-class SessionServer:
+class SessionServer(LocalHTTPServer):
     """ScriptedServer for every method: each request gets the next scripted (status, body,
     headers, delay_s), then the usual answer of its route; status "drop" reads the request and
     closes the connection without an answer (a server dying mid-call). A 204 has no body."""
@@ -380,31 +392,16 @@ class SessionServer:
             def log_message(self, *args):
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self._start(Handler)
 
     def calls(self) -> list[tuple[str, str]]:
         with self.lock:
             return [(method, path) for method, path, _ in self.received]
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
 
 @pytest.fixture
 def session_server():
-    servers = []
-
-    def make(*replies, **kw) -> SessionServer:
-        servers.append(SessionServer(*replies, **kw))
-        return servers[-1]
-
-    yield make
-    for server in servers:
-        server.close()
+    yield from _made(SessionServer)
 
 
 SESSION_PATH = f"/v1/sessions/{SESSION_ID}"
