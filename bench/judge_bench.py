@@ -27,9 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import socket
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,8 +35,7 @@ from pathlib import Path
 import psutil
 import requests
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+from bench_server import RESULTS_DIR, started_server  # beside this script
 
 # Each program reads n numbers and prints their sum plus the problem's constant K. A WRONG
 # program gets it wrong when the sum is odd; a HANG program loops when the first number is
@@ -197,37 +193,6 @@ def timed(fn, *args) -> tuple[list, float, float]:
     return verdicts, time.perf_counter() - wall0, machine_cpu_seconds() - cpu0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def started_server(name: str, env: dict[str, str]):
-    port = _free_port()
-    log = open(RESULTS_DIR / f"server-{name}.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT,
-                            env={**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_AUDIT_LOG": "off",
-                                 "SANDBOX_INSTANCE": f"bench-{name}", **env})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{url}/v1/ping", timeout=1).ok:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"server {name} did not start; see {log.name}")
-            time.sleep(0.3)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-        log.close()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", action="append", default=[],
@@ -250,9 +215,9 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         servers = dict(item.split("=", 1) for item in args.url)
         if not servers:
-            servers["cache-on"] = stack.enter_context(started_server("cache-on", {}))
+            servers["cache-on"] = stack.enter_context(started_server("bench-cache-on", {})).url
             servers["cache-off"] = stack.enter_context(
-                started_server("cache-off", {"SANDBOX_COMPILE_CACHE_MB": "0"}))
+                started_server("bench-cache-off", {"SANDBOX_COMPILE_CACHE_MB": "0"})).url
         rows = []
         for server_index, (name, url) in enumerate(servers.items()):
             for language in args.languages:

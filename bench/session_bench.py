@@ -56,7 +56,6 @@ import contextlib
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -68,9 +67,9 @@ from pathlib import Path
 import psutil
 import requests
 
-REPO = Path(__file__).resolve().parent.parent
+from bench_server import started_server  # beside this script
+
 FIGURES = Path(__file__).resolve().parent / "figures"
-RESULTS_DIR = Path(__file__).resolve().parent / "results"  # server logs (not committed)
 SECTIONS = ["create", "calls", "fork", "idle", "trajectory", "overhead"]
 CELL = "x += 1; print(x)"
 HTTP_TIMEOUT = 180
@@ -264,48 +263,6 @@ def delete_all(client: Client, ids: list[str], workers: int = 8) -> list[float]:
     if bad:
         print(f"  ! {len(bad)} deletes failed (statuses {sorted(set(bad))})", flush=True)
     return [w for _, w in results]
-
-
-# Server
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def started_server(env: dict[str, str]):
-    """`python -m sandbox serve` from this checkout on a free port, its own instance name."""
-    RESULTS_DIR.mkdir(exist_ok=True)
-    port = _free_port()
-    instance = f"bench-sessions-{os.getpid()}"
-    log_path = RESULTS_DIR / f"server-{instance}.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT,
-                            env={**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_AUDIT_LOG": "off",
-                                 "SANDBOX_BACKEND": "oci", "SANDBOX_INSTANCE": instance, **env})
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(f"{url}/v1/ping", timeout=1).ok:
-                    break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the server did not start; see {log_path}")
-            time.sleep(0.3)
-        print(f"server: {url} (pid {proc.pid}, instance {instance}, log {log_path})", flush=True)
-        yield url, proc, log_path
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
 
 
 # Sections
@@ -796,7 +753,10 @@ def main() -> int:
         if args.url:
             url = args.url
         else:
-            url, proc, log_path = stack.enter_context(started_server(env))
+            instance = f"bench-sessions-{os.getpid()}"
+            started = stack.enter_context(started_server(instance, {"SANDBOX_BACKEND": "oci", **env}))
+            url, proc, log_path = started.url, started.proc, started.log_path
+            print(f"server: {url} (pid {proc.pid}, instance {instance}, log {log_path})", flush=True)
             server = psutil.Process(proc.pid)
         client = Client(url)
         status, _, queue, _ = client.request("GET", "/v1/queue")
