@@ -30,47 +30,47 @@ def _candidates(container_id: str) -> list[tuple[Path, str, str]]:
     ]
 
 
-def _read_counter(path: Path, key: str) -> int | None:
+def _read(path: str | Path) -> bytes | None:
+    """A cgroup file's content with plain system calls (read around every session call)."""
     try:
-        for line in path.read_text().splitlines():
-            name, _, value = line.partition(" ")
-            if name == key:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_counter(path: str | Path, key: str) -> int | None:
+    for line in (_read(path) or b"").splitlines():
+        name, _, value = line.partition(b" ")
+        if name == key.encode():
+            try:
                 return int(value)
-    except (OSError, ValueError):
-        pass
+            except ValueError:
+                return None
     return None
 
 
-def _read_int(path: Path) -> int | None:
+def _read_int(path: str | Path) -> int | None:
+    data = _read(path)
     try:
-        return int(path.read_text())
-    except (OSError, ValueError):
+        return int(data) if data is not None else None
+    except ValueError:
         return None
 
 
 def cgroup_memory_facts(cgroups_path: str) -> MemoryFacts:
     """Peak memory and OOM kills of a live container's cgroup, by its path (v1 or v2)."""
-    rel = cgroups_path.lstrip("/")
-    v1 = CGROUP_ROOT / "memory" / rel
-    if v1.is_dir():
-        return MemoryFacts(_read_int(v1 / "memory.max_usage_in_bytes"),
-                           _read_counter(v1 / "memory.oom_control", "oom_kill"))
-    v2 = CGROUP_ROOT / rel
-    return MemoryFacts(_read_int(v2 / "memory.peak"), _read_counter(v2 / "memory.events", "oom_kill"))
-
-
-def cgroup_memory_now(cgroups_path: str) -> int | None:
-    """Memory the cgroup uses now (v1 or v2), or None once it is gone."""
-    rel = cgroups_path.lstrip("/")
-    v1 = CGROUP_ROOT / "memory" / rel
-    if v1.is_dir():
-        return _read_int(v1 / "memory.usage_in_bytes")
-    return _read_int(CGROUP_ROOT / rel / "memory.current")
+    return CgroupMemory(cgroups_path).facts()
 
 
 class CgroupMemory:
-    """The memory files of one long-lived container's cgroup, found once (v1 or v2) and read
-    with plain system calls: a session reads them around every call."""
+    """The memory files of one container's cgroup, found once (v1 or v2): a session reads
+    them around every call."""
 
     def __init__(self, cgroups_path: str) -> None:
         rel = cgroups_path.lstrip("/")
@@ -83,49 +83,26 @@ class CgroupMemory:
             self._peak, self._events = str(v2 / "memory.peak"), str(v2 / "memory.events")
             self._now, self._resettable = str(v2 / "memory.current"), False
 
-    @staticmethod
-    def _read(path: str) -> bytes | None:
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
-        try:
-            return os.read(fd, 4096)
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
-
-    def _int(self, path: str) -> int | None:
-        data = self._read(path)
-        try:
-            return int(data) if data is not None else None
-        except ValueError:
-            return None
-
     def now(self) -> int | None:
-        return self._int(self._now)
+        return _read_int(self._now)
 
     def facts(self) -> MemoryFacts:
-        oom = None
-        for line in (self._read(self._events) or b"").splitlines():
-            name, _, value = line.partition(b" ")
-            if name == b"oom_kill" and value.strip().isdigit():
-                oom = int(value)
-        return MemoryFacts(self._int(self._peak), oom)
+        return MemoryFacts(_read_int(self._peak), _read_counter(self._events, "oom_kill"))
 
-    def reset_peak(self) -> None:
-        """Start a new peak (cgroup v1; on v2 the peak stays the container's)."""
+    def reset_peak(self) -> bool:
+        """Start a new peak measurement (cgroup v1: the peak becomes the current usage; v2's
+        peak cannot be reset, it stays the container's). Whether it was reset."""
         if not self._resettable:
-            return
+            return False
         try:
             fd = os.open(self._peak, os.O_WRONLY | os.O_CLOEXEC)
         except OSError:
-            return
+            return False
         try:
             os.write(fd, b"0")
+            return True
         except OSError:
-            pass
+            return False
         finally:
             os.close(fd)
 
@@ -156,13 +133,8 @@ def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
 
 
 def reset_peak(cgroups_path: str) -> bool:
-    """Start a new peak measurement (cgroup v1: the peak becomes the current usage)."""
-    v1 = CGROUP_ROOT / "memory" / cgroups_path.lstrip("/") / "memory.max_usage_in_bytes"
-    try:
-        v1.write_text("0")
-        return True
-    except OSError:
-        return False
+    """``CgroupMemory.reset_peak`` for a cgroup by its path."""
+    return CgroupMemory(cgroups_path).reset_peak()
 
 
 def reset_docker_peak(container_id: str) -> bool:
