@@ -7,12 +7,20 @@ Docker backend falls back to the daemon's stats.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
+import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+log = logging.getLogger(__name__)
+# /proc/<pid>/comm of images/base/sandbox-runner.c
+RUNNER_COMM = b"sandbox-runner\n"
 
 
 @dataclass(frozen=True)
@@ -21,13 +29,14 @@ class MemoryFacts:
     oom_kills: int | None
 
 
-def _candidates(container_id: str) -> list[tuple[Path, str, str]]:
-    """(folder, peak file, events file) for cgroup v1 and v2 layouts Docker uses."""
-    return [
-        (CGROUP_ROOT / "memory" / "docker" / container_id, "memory.max_usage_in_bytes", "memory.oom_control"),
-        (CGROUP_ROOT / "system.slice" / f"docker-{container_id}.scope", "memory.peak", "memory.events"),
-        (CGROUP_ROOT / "docker" / container_id, "memory.peak", "memory.events"),
-    ]
+def docker_cgroup_path(container_id: str) -> str | None:
+    """Where the Docker daemon put a container's cgroup (relative to a hierarchy's root), for
+    cgroup v1 and v2 with either cgroup driver; None when this host's cgroups do not show it
+    (the server runs elsewhere)."""
+    for rel in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+        if (CGROUP_ROOT / "memory" / rel).is_dir() or (CGROUP_ROOT / rel / "cgroup.procs").is_file():
+            return rel
+    return None
 
 
 def _read(path: str | Path) -> bytes | None:
@@ -91,30 +100,26 @@ class CgroupMemory:
 
     def reset_peak(self) -> bool:
         """Start a new peak measurement (cgroup v1: the peak becomes the current usage; v2's
-        peak cannot be reset, it stays the container's). Whether it was reset."""
+        peak cannot be reset before Linux 6.12, it stays the container's). Whether it was."""
         if not self._resettable:
             return False
         try:
-            fd = os.open(self._peak, os.O_WRONLY | os.O_CLOEXEC)
-        except OSError:
-            return False
-        try:
-            os.write(fd, b"0")
+            _write(Path(self._peak), b"0")
             return True
         except OSError:
             return False
-        finally:
-            os.close(fd)
 
 
 def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
     """rmdir a container's cgroup in every hierarchy, waiting up to ``wait_s`` for its last
     processes to be gone (the runtime's own removal gives up at once if a killed process is
     still exiting). Returns whether none is left."""
-    import time
-
     rel = cgroups_path.lstrip("/")
-    folders = [*CGROUP_ROOT.glob(f"*/{rel}"), CGROUP_ROOT / rel]
+    folders = []
+    for folder in (*CGROUP_ROOT.glob(f"*/{rel}"), CGROUP_ROOT / rel):
+        # Children first (a test session's per-test cgroup, should one be left).
+        folders += sorted((p for p in folder.glob("*/") if p.is_dir()), reverse=True)
+        folders.append(folder)
     deadline = time.monotonic() + wait_s
     while True:
         left = []
@@ -132,20 +137,129 @@ def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
         time.sleep(0.05)
 
 
-def reset_peak(cgroups_path: str) -> bool:
-    """``CgroupMemory.reset_peak`` for a cgroup by its path."""
-    return CgroupMemory(cgroups_path).reset_peak()
-
-
-def reset_docker_peak(container_id: str) -> bool:
-    """``reset_peak`` for a Docker container (cgroup v1 on this host; else no-op)."""
-    return reset_peak(f"docker/{container_id}")
+def docker_cgroup_path(container_id: str) -> str | None:
+    """Where the Docker daemon put a container's cgroup (relative to a hierarchy's root), on
+    cgroup v1 or v2 with either cgroup driver; None when this host's cgroups do not show it
+    (the server runs elsewhere)."""
+    for rel in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+        if (CGROUP_ROOT / "memory" / rel).is_dir() or (CGROUP_ROOT / rel / "cgroup.procs").is_file():
+            return rel
+    return None
 
 
 def read_memory_facts(container_id: str) -> MemoryFacts | None:
     """The same facts for a Docker container, wherever the daemon put its cgroup."""
-    for folder, peak_file, events_file in _candidates(container_id):
-        peak = _read_int(folder / peak_file)
-        if peak is not None:
-            return MemoryFacts(peak, _read_counter(folder / events_file, "oom_kill"))
-    return None
+    rel = docker_cgroup_path(container_id)
+    facts = cgroup_memory_facts(rel) if rel else None
+    return facts if facts is not None and facts.peak_bytes is not None else None
+
+
+class CgroupPerTest:
+    """Each test of a test session in a fresh child cgroup of the sandbox's, so that its memory
+    peak and OOM kills are its own: cgroup v2's ``memory.peak`` cannot be reset before Linux
+    6.12, and a peak reset on v1 would still count the runner's and zygote's memory.
+
+    Between tests only the runner (and a warmed zygote) live in the sandbox, idle: ``begin``
+    moves them into a new child, so the test's processes are born there, and memory charged
+    before (the runner, the zygote, the compiled program's pages) stays charged where it was.
+    The limits stay on the sandbox's cgroup and hold for the children together; the runtimes
+    remove a container's cgroup with its children (``remove_cgroup`` too). Any failure
+    (a host whose cgroups the server cannot write) leaves the sandbox as it was: the facts are
+    then the whole sandbox's, as before.
+    """
+
+    def __init__(self, cgroups_path: str) -> None:
+        self._rel = cgroups_path.lstrip("/")
+        self._child: Path | None = None
+        self._number = 0
+        self._broken = False
+
+    @property
+    def _v2(self) -> bool:
+        # Looked up at each use: the runtime makes the cgroup as the sandbox starts.
+        return not (CGROUP_ROOT / "memory" / self._rel).is_dir()
+
+    @property
+    def _parent(self) -> Path:
+        return CGROUP_ROOT / self._rel if self._v2 else CGROUP_ROOT / "memory" / self._rel
+
+    def _move_all(self, source: Path, target: Path) -> None:
+        """Every process of ``source`` into ``target``; a few rounds, for one that exits or
+        was being forked meanwhile."""
+        for _ in range(20):
+            pids = (_read_all(source / "cgroup.procs") or b"").split()
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    _write(target / "cgroup.procs", pid)
+                except ProcessLookupError:
+                    pass  # gone meanwhile
+        raise OSError(f"processes keep appearing in {source}")
+
+    async def _wait_for_runner(self, timeout_s: float = 10.0) -> None:
+        """The first test may be sent before the runtime has made the cgroup and started the
+        runner in it (the channel buffers it): wait until the runner is there."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for pid in (_read_all(CGROUP_ROOT / "memory" / self._rel / "cgroup.procs")
+                        or _read_all(CGROUP_ROOT / self._rel / "cgroup.procs") or b"").split():
+                if _read_all(Path(f"/proc/{pid.decode()}/comm")) == RUNNER_COMM:
+                    return
+            await asyncio.sleep(0.002)
+        raise OSError(f"the test runner did not appear in {self._rel} within {timeout_s:g} s")
+
+    async def begin(self) -> None:
+        """Put the sandbox's processes into a fresh child cgroup before the next test."""
+        if self._broken:
+            return
+        self._number += 1
+        child = None
+        try:
+            if self._child is None:
+                await self._wait_for_runner()
+            child = self._parent / f"test-{self._number}"
+            child.mkdir()
+            self._move_all(self._child or self._parent, child)
+            if self._v2 and self._child is None:
+                # Processes may not live beside children that use a controller (v2's "no
+                # internal processes"): the memory controller goes on once all are moved.
+                _write(self._parent / "cgroup.subtree_control", b"+memory")
+        except OSError as exc:
+            log.info("no cgroup per test in %s (%s): memory is measured for the whole sandbox",
+                     self._parent, exc)
+            self._broken = True
+            if child is not None:
+                with contextlib.suppress(OSError):
+                    self._move_all(child, self._child or self._parent)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            return
+        previous, self._child = self._child, child
+        if previous is not None:
+            with contextlib.suppress(OSError):
+                previous.rmdir()
+
+    def facts(self) -> MemoryFacts:
+        """The current test's memory facts (the sandbox's when there is no child)."""
+        folder = self._child if self._child is not None else self._parent
+        if self._v2:
+            return MemoryFacts(_read_int(folder / "memory.peak"),
+                               _read_counter(folder / "memory.events", "oom_kill"))
+        return MemoryFacts(_read_int(folder / "memory.max_usage_in_bytes"),
+                           _read_counter(folder / "memory.oom_control", "oom_kill"))
+
+
+def _read_all(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def _write(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)

@@ -259,3 +259,25 @@ def test_python_tests_run_like_python3(evaluate):
     crash = evaluate("def g():\n    return 1 / 0\ng()", "python", [{}])["tests"][0]
     assert crash["stderr"].startswith("Traceback (most recent call last):\n  File \"/sandbox/main.py\"")
     assert "ZeroDivisionError" in crash["stderr"] and "zygote" not in crash["stderr"]
+
+
+ALLOCATE_PY = ("import sys\nn = int(input())\nx = bytearray(n << 20)\nx[::4096] = b'x' * len(x[::4096])\n"
+               "print(n)")
+ALLOCATE_CPP = ("#include <cstdio>\n#include <cstdlib>\nint main(){int n; scanf(\"%d\",&n);"
+                " size_t size = (size_t)n << 20; volatile char *p = (volatile char*)malloc(size + 1);"
+                " for (size_t i = 0; i < size; i += 4096) p[i] = 1; printf(\"%d\\n\", n);}")
+
+
+@pytest.mark.parametrize("language, code", [("python", ALLOCATE_PY), ("cpp", ALLOCATE_CPP)])
+def test_each_test_reports_its_own_memory_peak(evaluate, language, code):
+    # A test's peak is its own, not the highest so far: a small test after a big one (and
+    # after one killed at the cap) reports a small peak, on cgroup v1 and v2 alike.
+    sizes = [200, 0, 600, 1]
+    result = evaluate(code, language, [{"stdin": str(n), "expected_output": str(n)} for n in sizes],
+                      memory_limit_MB=512)
+    assert verdicts(result) == ["accepted", "accepted", "memory_limit", "accepted"], result
+    peaks = [t["memory_peak_MB"] for t in result["tests"]]
+    assert None not in peaks, peaks
+    assert 195 <= peaks[0] <= 260, peaks
+    assert peaks[1] < 60 and peaks[3] < 60, peaks
+    assert peaks[2] >= 490, peaks

@@ -28,7 +28,7 @@ from docker.types import LogConfig, Ulimit
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from .. import tarball
-from ..cgroups import MemoryFacts, read_memory_facts, reset_docker_peak
+from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
 from ..runner_protocol import RUNNER, RunnerGone, TestRun, finish, run_one
 from .base import (SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxEndedByProgram,
                    SandboxUnavailable)
@@ -234,11 +234,19 @@ class DockerTestSession:
     def __init__(self, box: DockerSandbox, channel: DockerExecChannel) -> None:
         self._box = box
         self.channel = channel
+        # Per-test memory where the server sees the daemon's cgroups (it runs on that host).
+        path = docker_cgroup_path(box.id)
+        self.cgroups = CgroupPerTest(path) if path else None
+
+    def _facts(self) -> MemoryFacts | None:
+        facts = self.cgroups.facts() if self.cgroups is not None else None
+        return facts if facts is not None and facts.peak_bytes is not None else None
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
                   files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
-        reset_docker_peak(self._box.id)
-        before = read_memory_facts(self._box.id)
+        if self.cgroups is not None:
+            await self.cgroups.begin()
+        before = self._facts()
         try:
             result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
         except RunnerGone as exc:
@@ -252,7 +260,7 @@ class DockerTestSession:
             raise SandboxEndedByProgram(
                 "the program ended its own sandbox (killed the test runner or the container's "
                 "init)") from exc
-        after = read_memory_facts(self._box.id)
+        after = self._facts()
         if after is not None:
             result.peak_memory_bytes = after.peak_bytes
             if before is not None and before.oom_kills is not None and after.oom_kills is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 from .. import safe_files
-from ..cgroups import CGROUP_ROOT, MemoryFacts, cgroup_memory_facts, reset_peak
+from ..cgroups import CGROUP_ROOT, CgroupPerTest, MemoryFacts, cgroup_memory_facts
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
@@ -272,19 +272,19 @@ class OciTestSession:
 
     def __init__(self, channel: StreamChannel, cgroups_path: str, diagnostics) -> None:
         self.channel = channel
-        self._cgroups_path = cgroups_path
+        self.cgroups = CgroupPerTest(cgroups_path)
         self._diagnostics = diagnostics
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
                   files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
-        reset_peak(self._cgroups_path)
-        before = cgroup_memory_facts(self._cgroups_path).oom_kills
+        await self.cgroups.begin()
+        before = self.cgroups.facts().oom_kills
         try:
             result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
         except RunnerGone as exc:
             raise BackendError(f"{exc}; runner said: {self._diagnostics().strip()[-300:]}") from exc
         # The runner waits for the next test, so the cgroup is still there to be read.
-        after = cgroup_memory_facts(self._cgroups_path)
+        after = self.cgroups.facts()
         result.peak_memory_bytes = after.peak_bytes
         if before is not None and after.oom_kills is not None:
             result.oom_killed = after.oom_kills > before
