@@ -3,6 +3,9 @@
 PYTHON ?= python3
 VENV   ?= .venv
 LANGS  ?=
+# make serve HOST=0.0.0.0 PORT=9000 (default: SANDBOX_HOST / SANDBOX_PORT, else 127.0.0.1:8080)
+HOST   ?=
+PORT   ?=
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
@@ -25,7 +28,7 @@ images-list: $(STAMP)
 	$(PY) -m sandbox images list
 
 serve: images
-	$(PY) -m sandbox serve
+	$(PY) -m sandbox serve $(if $(HOST),--host $(HOST)) $(if $(PORT),--port $(PORT))
 
 test: images
 	$(PY) -m pytest
