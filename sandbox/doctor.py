@@ -17,6 +17,8 @@ from .engine.cgroups import CGROUP_ROOT
 from .runtimes import RuntimeRegistry, RuntimeSpec, RuntimeSpecError
 
 OK, WARN, PROBLEM = "OK", "WARN", "PROBLEM"
+# What a sandbox's cgroup limits use on cgroup v2.
+V2_CONTROLLERS = {"cpu", "memory", "pids"}
 GiB = 1024 ** 3
 
 
@@ -97,17 +99,20 @@ class Doctor:
         from .engine.backends.host import hybrid_cgroups
 
         v2_controllers = CGROUP_ROOT / "cgroup.controllers"
+        where = f"this server's cgroup: {_own_cgroup()}"
         if hybrid_cgroups():
             fix = "" if shutil.which("unshare") else "apt-get install util-linux (for unshare)"
             self.add(OK if not fix else PROBLEM,
-                     "cgroups: hybrid v1/v2; crun runs in a private mount namespace without "
-                     "the v2 mount (the host's mounts are untouched)", fix)
+                     f"cgroups: hybrid v1/v2 ({where}); crun runs in a private mount namespace "
+                     f"without the v2 mount (the host's mounts are untouched)", fix)
             memory = (CGROUP_ROOT / "memory").is_dir()
         elif v2_controllers.exists():
-            self.add(OK, "cgroups: v2 (unified)")
+            self.add(OK, f"cgroups: v2 (unified; {where})")
             memory = "memory" in v2_controllers.read_text().split()
+            if memory:
+                self._check_v2_delegation()
         elif (CGROUP_ROOT / "memory").is_dir():
-            self.add(OK, "cgroups: v1")
+            self.add(OK, f"cgroups: v1 ({where})")
             memory = True
         else:
             self.add(PROBLEM, f"no cgroup hierarchy found under {CGROUP_ROOT}",
@@ -117,8 +122,54 @@ class Doctor:
             self.add(OK, "cgroup memory controller available (memory caps are enforced)")
         else:
             self.add(PROBLEM, "cgroup memory controller not available: memory caps cannot be "
-                     "enforced", "boot with `cgroup_enable=memory` on the kernel command line")
+                     "enforced", "boot with `cgroup_enable=memory` on the kernel command line; "
+                     "in a container, its runtime must delegate the memory controller")
+        self._check_docker_cgroups()
         self._check_swap_accounting()
+
+    def _check_v2_delegation(self) -> None:
+        """Sandbox cgroups are made under the top of this server's cgroup view (the host's
+        root, or in a container its own cgroup): they need memory, pids and cpu delegated."""
+        available = set((CGROUP_ROOT / "cgroup.controllers").read_text().split())
+        missing = sorted(V2_CONTROLLERS - available)
+        if missing:
+            self.add(PROBLEM, f"cgroup v2 controllers not delegated to {CGROUP_ROOT}: "
+                     f"{', '.join(missing)} (sandbox limits need {', '.join(sorted(V2_CONTROLLERS))})",
+                     "on a host, boot without cgroup_disable=...; in a container, its runtime "
+                     "must delegate them (Docker and containerd do for a container with its own "
+                     "cgroup namespace; systemd: Delegate=yes)")
+            return
+        if os.statvfs(CGROUP_ROOT).f_flag & os.ST_RDONLY or not os.access(CGROUP_ROOT, os.W_OK):
+            self.add(PROBLEM if self.settings.backend == "oci" else WARN,
+                     f"{CGROUP_ROOT} is read-only here: the oci backend cannot make sandbox cgroups",
+                     "run as root on the host; in a container, grant CAP_SYS_ADMIN so the server "
+                     "image's entrypoint can remount its own cgroup writable (README: Deployment)")
+            return
+        enabled = set((CGROUP_ROOT / "cgroup.subtree_control").read_text().split())
+        top_is_host_root = not (CGROUP_ROOT / "cgroup.type").exists()
+        procs = (CGROUP_ROOT / "cgroup.procs").read_text().split()
+        if not V2_CONTROLLERS <= enabled and not top_is_host_root and procs:
+            self.add(PROBLEM, f"processes ({', '.join(procs[:5])}) sit in the top cgroup of this "
+                     f"container's view, so {', '.join(sorted(V2_CONTROLLERS - enabled))} cannot "
+                     f"be enabled for sandbox cgroups (cgroup v2: no processes beside child "
+                     f"cgroups that use controllers)",
+                     "start the server through the server image's entrypoint (it moves them to "
+                     "/sys/fs/cgroup/init and enables the controllers), or do the same by hand")
+            return
+        self.add(OK, f"cgroup v2 delegation: {', '.join(sorted(V2_CONTROLLERS))} available; "
+                 f"sandbox cgroups go to {CGROUP_ROOT}/llm-sandbox-{self.settings.instance}/ "
+                 f"(made directly, as Docker's cgroupfs driver does)")
+
+    def _check_docker_cgroups(self) -> None:
+        if self.docker is None:
+            return
+        try:
+            info = self.docker.info()
+        except Exception:  # noqa: BLE001 - reported by check_docker already
+            return
+        version, driver = info.get("CgroupVersion", "?"), info.get("CgroupDriver", "?")
+        self.add(OK, f"Docker's containers (docker backend, image builds): cgroup v{version}, "
+                 f"{driver} cgroup driver")
 
     def _check_swap_accounting(self) -> None:
         v1 = CGROUP_ROOT / "memory"
@@ -323,6 +374,16 @@ def _first_line(argv: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(version unknown: {exc})"
     return (out.strip().splitlines() or ["(no version output)"])[0]
+
+
+def _own_cgroup() -> str:
+    """This process's cgroup as its namespace shows it (v2's line, else the memory one)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return "?"
+    paths = {fields[1]: fields[2] for fields in (line.split(":", 2) for line in lines) if len(fields) == 3}
+    return paths.get("memory") or paths.get("") or "?"
 
 
 def _swap_devices() -> int:
