@@ -186,13 +186,16 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
 
 def _prune_unpacked_roots(settings: Settings) -> None:
     """The oci backend's unpacked roots of image versions just replaced are dead weight."""
-    from .engine.backends.rootfs import RootfsStore
+    from .engine.backends.rootfs import RootfsStore, roots_in_use
 
     store = RootfsStore(settings.state_dir / "rootfs")
     if store.root.is_dir():
-        removed = store.prune()
+        removed, kept = store.prune(roots_in_use(settings.run_dir))
         if removed:
             say(f"removed {len(removed)} unpacked root(s) of replaced image versions")
+        if kept:
+            say(f"kept {len(kept)} unpacked root(s) of replaced image versions that a running "
+                f"server still uses (removed by a later `make images`)")
 
 
 def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec] | None:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import os
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import docker
 import pytest
@@ -149,14 +153,20 @@ def test_a_second_server_of_the_same_instance_leaves_the_first_ones_sandboxes(oc
         session = requests.post(f"{first}/v1/sessions", json={"language": "python"}, timeout=60).json()
         run = {"language": "python", "session_id": session["session_id"]}
         requests.post(f"{first}/run_code", json={**run, "code": "kept = 'yes'"}, timeout=60)
-        proc, second = start_second(tmp_path, instance)
-        try:
-            answer = requests.post(f"{second}/run_code", json={"code": "print(1)", "language": "python"},
-                                   timeout=60).json()
-            assert answer["run_result"]["stdout"] == "1\n"
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+        with ThreadPoolExecutor(1) as pool:  # a request in flight while the second one starts
+            in_flight = pool.submit(requests.post, f"{first}/run_code", timeout=60, json={
+                "code": "import time; time.sleep(4); print('done')", "language": "python",
+                "run_timeout": 20})
+            proc, second = start_second(tmp_path, instance)
+            try:
+                answer = requests.post(f"{second}/run_code", json={"code": "print(1)", "language": "python"},
+                                       timeout=60).json()
+                assert answer["run_result"]["stdout"] == "1\n"
+            finally:
+                proc.terminate()
+                proc.wait(timeout=30)
+            finished = in_flight.result().json()
+        assert finished["status"] == "Success" and finished["run_result"]["stdout"] == "done\n", finished
         after = requests.post(f"{first}/run_code", json={**run, "code": "print(kept)"}, timeout=60).json()
         assert after["run_result"]["stdout"] == "yes\n" and after["session_restarted"] is False
         logs = "".join(p.read_text() for p in tmp_path.glob(f"server-{instance}-*.log"))
@@ -167,3 +177,64 @@ def start_second(tmp_path, instance):
     from tests.conftest import start_server
 
     return start_server(tmp_path, instance, backend="oci")
+
+
+def test_an_image_rebuilt_under_a_running_server_leaves_its_sandboxes_alone(oci_server, tmp_path):
+    """`make images` replacing an image while a server runs sandboxes from the old version's
+    unpacked root: the prune after the build keeps that root, the running request finishes,
+    and so does the next one (the server may use the old version until it checks the tag)."""
+    import requests
+
+    from sandbox.engine.backends.rootfs import roots_in_use
+    from sandbox.images import _prune_unpacked_roots
+
+    api = docker.from_env().api
+    image = "sandbox-python:1"
+    old_id = api.inspect_image(image)["Id"]
+    settings = Settings()
+    old_root = settings.state_dir / "rootfs" / old_id.split(":")[-1][:16]
+    run = {"language": "python", "run_timeout": 20}
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            in_flight = pool.submit(requests.post, f"{oci_server}/run_code", timeout=60, json={
+                **run, "code": "import time; time.sleep(5); print(open('/etc/os-release').read()[:4])"})
+            deadline = time.monotonic() + 20
+            while old_root not in roots_in_use(settings.run_dir) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert old_root in roots_in_use(settings.run_dir)
+            # The rebuild: a new version takes the tag; the old one is untagged.
+            for _ in api.build(fileobj=io.BytesIO(f"FROM {image}\nLABEL rebuilt={uuid.uuid4().hex}\n".encode()),
+                               tag=image, rm=True, decode=True):
+                pass
+            assert api.inspect_image(image)["Id"] != old_id
+            _prune_unpacked_roots(settings)
+            assert old_root.is_dir()  # a sandbox still runs from it
+            finished = in_flight.result().json()
+        assert finished["status"] == "Success" and finished["run_result"]["stdout"] == "PRET\n", finished
+        _prune_unpacked_roots(settings)
+        assert old_root.is_dir()  # nothing runs from it now, but the server took it lately
+        after = requests.post(f"{oci_server}/run_code", json={**run, "code": "print(2)"}, timeout=60).json()
+        assert after["run_result"]["stdout"] == "2\n", after
+    finally:
+        new_id = api.inspect_image(image)["Id"]
+        if new_id != old_id:
+            api.tag(old_id, "sandbox-python", "1")
+            api.remove_image(new_id, force=True)
+
+
+def test_prune_removes_only_roots_nothing_uses(docker_ready, tmp_path):
+    """The rules above on made-up versions Docker has no tag for: in use, or taken by a server
+    within two tag checks, is kept; otherwise removed."""
+    from sandbox.engine.backends.rootfs import USED_MARK, RootfsStore
+
+    store = RootfsStore(tmp_path / "rootfs")
+    entries = {name: store.root / name for name in ("0000000000stale", "000000000recent", "00000000running")}
+    for entry in entries.values():
+        (entry / "rootfs").mkdir(parents=True)
+        (entry / USED_MARK).touch()
+    long_ago = time.time() - 3600
+    for name in ("0000000000stale", "00000000running"):
+        os.utime(entries[name] / USED_MARK, (long_ago, long_ago))
+    removed, kept = store.prune({entries["00000000running"]})
+    assert removed == ["0000000000stale"] and sorted(kept) == ["000000000recent", "00000000running"]
+    assert not entries["0000000000stale"].exists() and entries["000000000recent"].is_dir()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,6 +22,8 @@ log = logging.getLogger(__name__)
 INIT = "/usr/local/bin/sandbox-init"
 
 PREBUILT_METADATA = "image.json"
+# Touched each time a server checks an image's tag and takes this root (every TAG_TTL_S).
+USED_MARK = ".used"
 EXPORT_LABEL = "llm-sandbox.rootfs-export"
 # An export container older than this is a leftover (an export takes seconds; another server
 # sharing the daemon may be in the middle of one).
@@ -93,6 +96,8 @@ class RootfsStore:
         with lock:
             if not (target / ".complete").exists() or not (target / "rootfs" / INIT.lstrip("/")).exists():
                 self._export(image, target)  # missing, half-made, or damaged from outside
+            with contextlib.suppress(OSError):
+                (target / USED_MARK).touch()  # for prune: this server may start sandboxes on it
         self._known[image] = (time.monotonic(), target / "rootfs", env)
         return target / "rootfs", env
 
@@ -204,8 +209,10 @@ class RootfsStore:
                 missing.append(image)
         return missing
 
-    def prune(self) -> list[str]:
-        """Remove unpacked roots of image versions Docker no longer has under any tag.
+    def prune(self, in_use: set[Path] = frozenset()) -> tuple[list[str], list[str]]:
+        """Remove unpacked roots of image versions Docker no longer has under any tag, but none
+        a sandbox runs from (``in_use``: ``roots_in_use``) or a server may still start one on
+        (prepared within the last two tag checks). Returns (removed, kept in use).
 
         Run by ``make images`` after a build, not by servers: several servers may share this
         folder, each knowing only its own languages."""
@@ -215,10 +222,34 @@ class RootfsStore:
             tagged = {image["Id"].split(":")[-1][:16]
                       for image in self._docker().api.images() if image.get("RepoTags")}
         except docker.errors.DockerException:
-            return []
-        removed = []
+            return [], []
+        removed, kept = [], []
+        recent = time.time() - 2 * self.TAG_TTL_S
         for entry in self.root.glob("*"):
-            if entry.name not in tagged and ".partial-" not in entry.name:
-                shutil.rmtree(entry, ignore_errors=True)
-                removed.append(entry.name)
-        return removed
+            if entry.name in tagged or ".partial-" in entry.name:
+                continue
+            try:
+                used_lately = (entry / USED_MARK).stat().st_mtime > recent
+            except OSError:
+                used_lately = False
+            if entry in in_use or used_lately:
+                kept.append(entry.name)
+                continue
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry.name)
+        return removed, kept
+
+
+def roots_in_use(run_dir: Path) -> set[Path]:
+    """Store entries (``<root>/<id>``) that running sandboxes of any instance on this host run
+    from, read from the OCI runtimes' state (crun: ``status``, runc: ``state.json``)."""
+    used = set()
+    for state in (*run_dir.glob("*.*/*/status"), *run_dir.glob("*.*/*/state.json")):
+        try:
+            data = json.loads(state.read_text())
+        except (OSError, ValueError):
+            continue
+        root = data.get("rootfs") or (data.get("config") or {}).get("rootfs")
+        if root:
+            used.add(Path(root).parent)
+    return used
