@@ -2,7 +2,10 @@
 (`/run_code`, and `/v1/evaluate` with hostile tests).
 
 Reports requests sent and answered, HTTP errors, wrong verdicts (each request knows the
-verdict it must get), sandboxes leaked afterwards, and the server's memory over the run.
+verdict it must get), sandboxes leaked afterwards, the server's memory over the run, and
+latency per slice of the run (p50/p99 of every request, and p50 of the plain Python ones, per
+--slice answered requests, in the order they were answered): a server that slows down as it
+ages shows as a rising column.
 
     python bench/soak.py --url http://127.0.0.1:8080 --instance default --requests 3000 --concurrency 32
 
@@ -123,6 +126,32 @@ def leftovers(instance: str) -> dict[str, int]:
     return counts
 
 
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 1)
+
+
+def latency_slices(latencies: list[float], python_sums: list[tuple[int, float]],
+                   size: int) -> list[dict]:
+    slices = []
+    for start in range(0, len(latencies), size):
+        chunk = latencies[start:start + size]
+        sums = [lat for index, lat in python_sums if start <= index < start + size]
+        slices.append({"requests": f"{start + 1}-{start + len(chunk)}", "p50_ms": _pct(chunk, 0.5),
+                       "p99_ms": _pct(chunk, 0.99), "python_sum_p50_ms": _pct(sums, 0.5),
+                       "python_sums": len(sums)})
+    return slices
+
+
+def print_slices(slices: list[dict]) -> None:
+    print(f"\n{'answered':>12} {'p50 ms':>8} {'p99 ms':>8} {'python p50 ms':>14}")
+    for row in slices:
+        print(f"{row['requests']:>12} {row['p50_ms']:>8} {row['p99_ms']:>8} "
+              f"{row['python_sum_p50_ms']!s:>14}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8080")
@@ -131,6 +160,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=3000)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--slice", type=int, default=500, help="requests per latency slice")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -151,6 +181,7 @@ def main() -> int:
     wrong_by_kind: Counter = Counter()
     http_codes: Counter = Counter()
     latencies: list[float] = []
+    python_sums: list[tuple[int, float]] = []  # (answer order, latency) of python "sum" runs
     lock = threading.Lock()
     session = threading.local()
 
@@ -176,6 +207,8 @@ def main() -> int:
             time.sleep(float(response.headers.get("Retry-After", "1")) * (attempt + 1))
         with lock:
             latencies.append(time.perf_counter() - started)
+            if kind == "sum" and body.get("language") == "python":
+                python_sums.append((len(latencies) - 1, latencies[-1]))
             http_codes[response.status_code] += 1
             if response.status_code != 200:
                 outcome["http_error"] += 1
@@ -211,8 +244,10 @@ def main() -> int:
         "server_rss_mb_first_last_max": [round(rss_samples[0], 1), round(rss_samples[-1], 1),
                                          round(max(rss_samples), 1)] if rss_samples else None,
         "mix": dict(Counter(kind for kind, _, _ in cases)),
+        "slices": latency_slices(latencies, python_sums, args.slice),
     }
-    print(json.dumps(report, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "slices"}, indent=2))
+    print_slices(report["slices"])
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
     clean = (outcome["lost"] == 0 and outcome["wrong_verdict"] == 0 and not report["http_errors"]
