@@ -86,28 +86,17 @@ class CgroupMemory:
         v1 = CGROUP_ROOT / "memory" / rel
         if v1.is_dir():
             self._peak, self._events = str(v1 / "memory.max_usage_in_bytes"), str(v1 / "memory.oom_control")
-            self._now, self._resettable = str(v1 / "memory.usage_in_bytes"), True
+            self._now = str(v1 / "memory.usage_in_bytes")
         else:
             v2 = CGROUP_ROOT / rel
             self._peak, self._events = str(v2 / "memory.peak"), str(v2 / "memory.events")
-            self._now, self._resettable = str(v2 / "memory.current"), False
+            self._now = str(v2 / "memory.current")
 
     def now(self) -> int | None:
         return _read_int(self._now)
 
     def facts(self) -> MemoryFacts:
         return MemoryFacts(_read_int(self._peak), _read_counter(self._events, "oom_kill"))
-
-    def reset_peak(self) -> bool:
-        """Start a new peak measurement (cgroup v1: the peak becomes the current usage; v2's
-        peak cannot be reset before Linux 6.12, it stays the container's). Whether it was."""
-        if not self._resettable:
-            return False
-        try:
-            _write(Path(self._peak), b"0")
-            return True
-        except OSError:
-            return False
 
 
 def remove_cgroup(cgroups_path: str, wait_s: float = 2.0) -> bool:
@@ -242,12 +231,9 @@ class CgroupPerTest:
 
     def facts(self) -> MemoryFacts:
         """The current test's memory facts (the sandbox's when there is no child)."""
-        folder = self._child if self._child is not None else self._parent
-        if self._v2:
-            return MemoryFacts(_read_int(folder / "memory.peak"),
-                               _read_counter(folder / "memory.events", "oom_kill"))
-        return MemoryFacts(_read_int(folder / "memory.max_usage_in_bytes"),
-                           _read_counter(folder / "memory.oom_control", "oom_kill"))
+        if self._child is None:
+            return cgroup_memory_facts(self._rel)
+        return cgroup_memory_facts(f"{self._rel}/{self._child.name}")
 
 
 def _read_all(path: Path) -> bytes | None:

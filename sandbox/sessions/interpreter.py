@@ -71,7 +71,6 @@ class Interpreter:
         except OSError as exc:
             live.remove_control(list(names.values()))
             raise BackendError(f"cannot hand the call to the session's interpreter: {exc}") from exc
-        live.reset_peak()
         oom_before = self._oom_kills  # the counter only grows: what the last call left
         started = time.monotonic()
         try:

@@ -110,9 +110,6 @@ class LiveProcess:
         self._writer.write(data)
         await self._writer.drain()
 
-    def reset_peak(self) -> None:
-        self._memory.reset_peak()
-
     def memory_facts(self) -> MemoryFacts:
         return self._memory.facts()
 
