@@ -38,6 +38,8 @@ def _compose_run_options() -> list[str]:
     options = [f"--cap-drop={c}" for c in service["cap_drop"]] + [f"--cap-add={c}" for c in service["cap_add"]]
     options += [f"--security-opt={o}" for o in service["security_opt"]]
     options += [f"--tmpfs={t}" for t in service["tmpfs"]]
+    if service.get("cgroup"):
+        options.append(f"--cgroupns={service['cgroup']}")
     if service.get("read_only"):
         options.append("--read-only")
     return options
