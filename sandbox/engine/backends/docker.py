@@ -314,12 +314,17 @@ def _pump(sock: socket.socket, stdin: bytes, deadline: float,
 
 def _close_quietly(sock: socket.socket, stream: object) -> None:
     # Shut the raw socket down, not just the wrapper: closing docker-py's object alone
-    # has been seen to keep the connection (and so the exec) attached.
-    for action in (lambda: sock.shutdown(socket.SHUT_RDWR), sock.close,
-                   getattr(stream, "close", lambda: None)):
+    # has been seen to keep the connection (and so the exec) attached. Then close the HTTP
+    # response docker-py keeps on the stream before the socket: left to the garbage
+    # collector, it flushes a closed file, which Python 3.13 reports as "Exception ignored
+    # ... I/O operation on closed file" (docker-py #3345).
+    response = getattr(stream, "_response", None)
+    for action in (lambda: sock.shutdown(socket.SHUT_RDWR), getattr(response, "close", None),
+                   getattr(stream, "close", None), sock.close):
         try:
-            action()
-        except OSError:
+            if action is not None:
+                action()
+        except (OSError, ValueError):
             pass
 
 
