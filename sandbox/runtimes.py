@@ -5,6 +5,7 @@ A runtime is data. Adding a language means adding a spec and a Dockerfile, never
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -24,6 +25,8 @@ class RuntimeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     language: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    aliases: tuple[str, ...] = Field(
+        (), description="Other names requests may use for this language (e.g. py, python3).")
     image: str = Field(description="Image reference, e.g. sandbox-python:1.")
     dockerfile: str = Field(description="Build context folder, relative to the repository root.")
     source: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="File name the code is written to.")
@@ -57,9 +60,23 @@ class RuntimeSpecError(ValueError):
     pass
 
 
+ALIAS_PATTERN = re.compile(r"^[a-z][a-z0-9_+]*$")
+
+
 class RuntimeRegistry:
     def __init__(self, specs: dict[str, RuntimeSpec]) -> None:
         self._specs = dict(sorted(specs.items()))
+        self._aliases: dict[str, str] = {}
+        for spec in self._specs.values():
+            for alias in spec.aliases:
+                if not ALIAS_PATTERN.match(alias):
+                    raise RuntimeSpecError(f"{spec.language}: alias {alias!r} must be lower case "
+                                           f"letters, digits, _ or +")
+                taken = alias if alias in self._specs else self._aliases.get(alias)
+                if taken:
+                    raise RuntimeSpecError(f"{spec.language}: alias {alias!r} is already the "
+                                           f"name or an alias of {taken}")
+                self._aliases[alias] = spec.language
 
     @classmethod
     def load(cls, folder: Path) -> "RuntimeRegistry":
@@ -80,9 +97,15 @@ class RuntimeRegistry:
     def languages(self) -> list[str]:
         return list(self._specs)
 
+    @property
+    def aliases(self) -> dict[str, str]:
+        """alias -> language."""
+        return dict(self._aliases)
+
     def get(self, language: str) -> RuntimeSpec:
+        """The spec of ``language``, or of the language it is an alias of."""
         try:
-            return self._specs[language]
+            return self._specs[self._aliases.get(language, language)]
         except KeyError:
             raise UnknownLanguage(language, self.languages) from None
 

@@ -120,7 +120,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     # Middleware added later runs first: the key is checked before the body is read, and the
     # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
     require_api_key(app, settings)
-    app.state.ops = install_observability(app, settings, engine, registry.languages)
+    app.state.ops = install_observability(app, settings, engine, registry.languages,
+                                          registry.aliases)
     app.state.ops.watch_sessions(app.state.services.sessions)
 
     @app.exception_handler(RequestValidationError)

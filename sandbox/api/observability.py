@@ -254,8 +254,10 @@ class RunRecord:
 
 
 class Observability:
-    def __init__(self, settings: Settings, engine: Engine, languages: Iterable[str]) -> None:
-        self.languages = frozenset(languages)
+    def __init__(self, settings: Settings, engine: Engine, languages: Iterable[str],
+                 aliases: dict[str, str] | None = None) -> None:
+        # What a request may name -> the language its metrics count under.
+        self.languages = {**{language: language for language in languages}, **(aliases or {})}
         self.metrics = Metrics(engine)
         self.audit = AuditLog(settings.audit_log)
         self.audited_paths = {"/run_code", "/v1/evaluate"}
@@ -265,7 +267,7 @@ class Observability:
         self.metrics.registry.register(_SessionGauges(sessions))
 
     def language_label(self, language: str | None) -> str:
-        return language if language in self.languages else UNKNOWN_LANGUAGE
+        return self.languages.get(language, UNKNOWN_LANGUAGE) if language else UNKNOWN_LANGUAGE
 
     def observe_request(self, language: str | None, status: str, compile_s: float | None = None,
                         run_s: float | None = None, total_s: float | None = None,
@@ -446,9 +448,9 @@ def note_evaluation_result(request: Request, evaluation, result, status: str,
 
 
 def install_observability(app: FastAPI, settings: Settings, engine: Engine,
-                          languages: Iterable[str]) -> Observability:
+                          languages: Iterable[str], aliases: dict[str, str] | None = None) -> Observability:
     """Add the request-id/audit middleware (call last: it must be the outermost) and /metrics."""
-    ops = Observability(settings, engine, languages)
+    ops = Observability(settings, engine, languages, aliases)
     app.add_middleware(RequestContext, ops=ops)
 
     @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics",

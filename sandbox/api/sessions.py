@@ -77,7 +77,7 @@ def _session_job(req: RunCodeRequest, session: Session, registry: RuntimeRegistr
                  settings: Settings) -> Job:
     """A /run_code request as a call in ``session``: its language must be the session's; the
     memory cap is the session's (set at create)."""
-    if req.language != session.spec.language:
+    if registry.get(req.language).language != session.spec.language:
         raise InvalidRequest(f"session {session.id} runs {session.spec.language}, not "
                              f"{req.language}; send language {session.spec.language!r} or "
                              f"create a {req.language} session")

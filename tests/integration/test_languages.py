@@ -44,6 +44,17 @@ def test_hello(run, language):
         assert result["compile_result"] is None
 
 
+ALIASES = {"py": "python", "python3": "python", "js": "nodejs", "javascript": "nodejs",
+           "c++": "cpp", "sh": "bash"}
+
+
+@pytest.mark.parametrize("alias", sorted(ALIASES))
+def test_aliases_run_their_language(run, alias):
+    language = ALIASES[alias]
+    code = program(language, "hello") if language in PROGRAMS else "echo 'hello, world'"
+    assert_ran(run(code, alias), "hello, world\n")
+
+
 @pytest.mark.parametrize("language", LANGUAGES)
 def test_stdin(run, language):
     stdin = SQL_SETUP if language == "sql" else "2 3\n"

@@ -31,3 +31,16 @@ def test_a_broken_spec_is_reported_with_its_file(tmp_path):
     (tmp_path / "bad.toml").write_text("not toml [")
     with pytest.raises(RuntimeSpecError, match="bad.toml"):
         RuntimeRegistry.load(tmp_path)
+
+
+def test_aliases_resolve_to_their_language_and_may_not_collide(tmp_path):
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    for alias, language in {"py": "python", "python3": "python", "js": "nodejs",
+                            "javascript": "nodejs", "c++": "cpp", "sh": "bash"}.items():
+        assert registry.get(alias).language == language
+    assert "py" not in registry.languages
+    spec = (REPO_ROOT / "runtimes" / "bash.toml").read_text()
+    (tmp_path / "bash.toml").write_text(spec)
+    (tmp_path / "zsh.toml").write_text(spec.replace('language = "bash"', 'language = "zsh"'))
+    with pytest.raises(RuntimeSpecError, match="'sh' is already"):
+        RuntimeRegistry.load(tmp_path)
