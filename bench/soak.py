@@ -126,6 +126,19 @@ def leftovers(instance: str) -> dict[str, int]:
     return counts
 
 
+def _summary(answer: dict) -> dict:
+    """What a wrong answer said, without the bulk of its output."""
+    def cut(value):
+        if isinstance(value, str):
+            return value[:200]
+        if isinstance(value, dict):
+            return {k: cut(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [cut(v) for v in value[:12]]
+        return value
+    return cut(answer)
+
+
 def _pct(values: list[float], q: float) -> float | None:
     if not values:
         return None
@@ -161,6 +174,7 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--slice", type=int, default=500, help="requests per latency slice")
+    parser.add_argument("--only", nargs="*", help="send only these kinds of request (e.g. flood)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
 
@@ -176,9 +190,14 @@ def main() -> int:
             stop.wait(1.0)
 
     rng = random.Random(args.seed)
-    cases = [make_request(rng) for _ in range(args.requests)]
+    cases = []
+    while len(cases) < args.requests:
+        case = make_request(rng)
+        if not args.only or case[0] in args.only:
+            cases.append(case)
     outcome: Counter = Counter()
     wrong_by_kind: Counter = Counter()
+    wrong_examples: list[dict] = []
     http_codes: Counter = Counter()
     latencies: list[float] = []
     python_sums: list[tuple[int, float]] = []  # (answer order, latency) of python "sum" runs
@@ -221,6 +240,8 @@ def main() -> int:
             if not right:
                 outcome["wrong_verdict"] += 1
                 wrong_by_kind[kind] += 1
+                if len(wrong_examples) < 5:
+                    wrong_examples.append({"kind": kind, "answer": _summary(response.json())})
 
     sampler = threading.Thread(target=sample_memory, daemon=True)
     sampler.start()
@@ -238,7 +259,7 @@ def main() -> int:
         "http_errors": dict(http_codes - Counter({200: http_codes[200]})),
         "lost": outcome["lost"], "retried_after_504": outcome["retried_504"],
         "wrong_verdicts": outcome["wrong_verdict"],
-        "wrong_by_kind": dict(wrong_by_kind), "leftovers": left,
+        "wrong_by_kind": dict(wrong_by_kind), "wrong_examples": wrong_examples, "leftovers": left,
         "wall_s": round(wall, 1), "throughput_rps": round(args.requests / wall, 1),
         "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
         "server_rss_mb_first_last_max": [round(rss_samples[0], 1), round(rss_samples[-1], 1),
