@@ -203,6 +203,7 @@ def test_doctor_names_a_missing_image_with_its_fix_and_fails(docker_ready, tmp_p
         (runtimes / f"{spec}.toml").write_text((REPO_ROOT / "runtimes" / f"{spec}.toml").read_text())
     ghost = (REPO_ROOT / "runtimes" / "python.toml").read_text() \
         .replace('language = "python"', 'language = "ghost"') \
+        .replace('aliases = ["py", "python3"]', 'aliases = []') \
         .replace("sandbox-python:1", "sandbox-ghost:404")
     (runtimes / "ghost.toml").write_text(ghost)
     result = sandbox_cli("doctor", env={"SANDBOX_RUNTIMES_DIR": str(runtimes),
