@@ -274,7 +274,7 @@ def test_each_test_reports_its_own_memory_peak(evaluate, language, code):
     # after one killed at the cap) reports a small peak, on cgroup v1 and v2 alike.
     sizes = [200, 0, 600, 1]
     result = evaluate(code, language, [{"stdin": str(n), "expected_output": str(n)} for n in sizes],
-                      memory_limit_MB=512)
+                      memory_limit_MB=512, run_timeout=30)  # an emulated VM needs ~7 s to fill 512 MB
     assert verdicts(result) == ["accepted", "accepted", "memory_limit", "accepted"], result
     peaks = [t["memory_peak_MB"] for t in result["tests"]]
     assert None not in peaks, peaks
