@@ -206,12 +206,14 @@ def test_forgery_does_not_pass(evaluate, server, trick):
 
 def test_tests_are_isolated_from_each_other(evaluate):
     # Test 1 leaves a daemon, a file in /tmp and a file in the work directory; test 2 must
-    # see none of them, and its output must be its own.
+    # see none of them, and its output must be its own. (The daemon waits before printing:
+    # on a loaded machine it could otherwise write into test 1's own output before the
+    # runner kills it, which is test 1's output, not a leak.)
     code = ("import os, sys, time\nt = input().strip()\n"
             "if t == 'first':\n"
             "    open('/tmp/left', 'w').write('x')\n"
             "    try: open('left-in-workdir', 'w').write('x')\n    except OSError: pass\n"
-            "    if os.fork() == 0:\n        os.setsid()\n"
+            "    if os.fork() == 0:\n        os.setsid()\n        time.sleep(0.2)\n"
             "        while True:\n            time.sleep(0.01)\n            print('daemon', flush=True)\n"
             "    print('first')\n"
             "else:\n    time.sleep(0.3)\n"
