@@ -29,16 +29,6 @@ class MemoryFacts:
     oom_kills: int | None
 
 
-def docker_cgroup_path(container_id: str) -> str | None:
-    """Where the Docker daemon put a container's cgroup (relative to a hierarchy's root), for
-    cgroup v1 and v2 with either cgroup driver; None when this host's cgroups do not show it
-    (the server runs elsewhere)."""
-    for rel in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
-        if (CGROUP_ROOT / "memory" / rel).is_dir() or (CGROUP_ROOT / rel / "cgroup.procs").is_file():
-            return rel
-    return None
-
-
 def _read(path: str | Path) -> bytes | None:
     """A cgroup file's content with plain system calls (read around every session call)."""
     try:
@@ -152,9 +142,9 @@ class CgroupPerTest:
     moves them into a new child, so the test's processes are born there, and memory charged
     before (the runner, the zygote, the compiled program's pages) stays charged where it was.
     The limits stay on the sandbox's cgroup and hold for the children together; the runtimes
-    remove a container's cgroup with its children (``remove_cgroup`` too). Any failure
-    (a host whose cgroups the server cannot write) leaves the sandbox as it was: the facts are
-    then the whole sandbox's, as before.
+    remove a container's cgroup with its children (``remove_cgroup`` too). On any failure (a
+    host whose cgroups the server cannot write) it stops making children, and the facts are
+    those of the cgroup the processes stay in: the whole sandbox's, or the last test's child.
     """
 
     def __init__(self, cgroups_path: str) -> None:
