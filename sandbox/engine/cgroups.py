@@ -152,15 +152,9 @@ class CgroupPerTest:
         self._child: Path | None = None
         self._number = 0
         self._broken = False
-
-    @property
-    def _v2(self) -> bool:
-        # Looked up at each use: the runtime makes the cgroup as the sandbox starts.
-        return not (CGROUP_ROOT / "memory" / self._rel).is_dir()
-
-    @property
-    def _parent(self) -> Path:
-        return CGROUP_ROOT / self._rel if self._v2 else CGROUP_ROOT / "memory" / self._rel
+        # Which hierarchy, known once the runtime has made the cgroup (_wait_for_runner).
+        self._v2 = False
+        self._parent = CGROUP_ROOT / self._rel
 
     def _move_all(self, source: Path, target: Path) -> None:
         """Every process of ``source`` into ``target``; a few rounds, for one that exits or
@@ -181,8 +175,10 @@ class CgroupPerTest:
         runner in it (the channel buffers it): wait until the runner is there."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for pid in (_read_all(CGROUP_ROOT / "memory" / self._rel / "cgroup.procs")
-                        or _read_all(CGROUP_ROOT / self._rel / "cgroup.procs") or b"").split():
+            v1 = CGROUP_ROOT / "memory" / self._rel
+            self._v2 = not v1.is_dir()
+            self._parent = CGROUP_ROOT / self._rel if self._v2 else v1
+            for pid in (_read_all(self._parent / "cgroup.procs") or b"").split():
                 if _read_all(Path(f"/proc/{pid.decode()}/comm")) == RUNNER_COMM:
                     return
             await asyncio.sleep(0.002)
