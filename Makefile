@@ -3,6 +3,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 LANGS  ?=
+# make images JOBS=1: one image at a time (default 3)
+JOBS   ?=
 # make serve HOST=0.0.0.0 PORT=9000 (default: SANDBOX_HOST / SANDBOX_PORT, else 127.0.0.1:8080)
 HOST   ?=
 PORT   ?=
@@ -22,7 +24,7 @@ install: $(STAMP)
 # Builds the Debian trixie root (pulled, or bootstrapped when no registry answers), the
 # base image and each language image, then smoke-tests them. Cached: reruns are quick.
 images: $(STAMP)
-	$(PY) -m sandbox images build $(LANGS)
+	$(PY) -m sandbox images build $(if $(JOBS),--jobs $(JOBS)) $(LANGS)
 
 images-list: $(STAMP)
 	$(PY) -m sandbox images list

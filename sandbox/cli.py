@@ -56,6 +56,8 @@ def _parser() -> argparse.ArgumentParser:
     images_sub = images.add_subparsers(dest="images_command", required=True)
     build = images_sub.add_parser("build", help="build the base and language images")
     build.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    build.add_argument("--jobs", type=int, default=None,
+                       help="images built at once (default: 3; Makefile: JOBS=)")
     images_sub.add_parser("list", help="show each language's image and toolchain version")
     export = images_sub.add_parser(
         "export-rootfs", help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
@@ -159,7 +161,8 @@ def images(args: argparse.Namespace, settings: Settings) -> int:
     from .images import build_images, export_roots, list_images
 
     if args.images_command == "build":
-        return build_images(args.languages or None, settings)
+        return build_images(args.languages or None, settings,
+                            **({"jobs": args.jobs} if args.jobs else {}))
     if args.images_command == "export-rootfs":
         return export_roots(args.dest, args.languages or None, settings, args.metadata_only)
     return list_images(settings)

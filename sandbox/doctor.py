@@ -196,8 +196,13 @@ class Doctor:
             return
         import docker.errors
 
+        from .images import image_toolchain
+
         missing = []
         for spec in self.registry:
+            if not spec.buildable:
+                self.add(OK, f"{spec.language}: not served here ({spec.unavailable})")
+                continue
             try:
                 labels = self.docker.api.inspect_image(spec.image)["Config"]["Labels"] or {}
             except docker.errors.ImageNotFound:
@@ -206,7 +211,7 @@ class Doctor:
                          f"make images LANGS={spec.language}   "
                          f"(or: sandbox images build {spec.language})")
                 continue
-            version = labels.get("llm-sandbox.toolchain", "no version label")
+            version = image_toolchain(labels, spec.language) or "no version label"
             self.add(OK, f"image {spec.image} ({spec.language}): {version}")
 
     def check_backend(self) -> None:
@@ -233,7 +238,7 @@ class Doctor:
         from .engine import Engine
         from .engine.backends.select import choose_backend
 
-        present = [s for s in self.registry if _image_present(self.docker, s.image)]
+        present = [s for s in self.registry.runnable if _image_present(self.docker, s.image)]
         # An interpreted language is the quickest probe (no compile step).
         spec: RuntimeSpec | None = min(present, key=lambda s: (s.compiled, s.language != "python"),
                                        default=None)
@@ -303,9 +308,9 @@ class Doctor:
             return 0
         rootfs = Path(self.settings.state_dir) / "rootfs"
         needed = 0
-        for spec in self.registry:
+        for image in self.registry.images:
             try:
-                info = self.docker.api.inspect_image(spec.image)
+                info = self.docker.api.inspect_image(image)
             except Exception:  # noqa: BLE001 - a missing image is reported by check_images
                 continue
             if not (rootfs / info["Id"].split(":")[-1][:16] / ".complete").exists():

@@ -1,4 +1,5 @@
-"""Build the language images: a Debian trixie root, the base image, then one image per runtime.
+"""Build the language images: a Debian trixie root, the base image, then the images the runtime
+specs name (several ids may share one: python and pytest), a few at once.
 
 Where no registry answers, the root comes from Debian's own packages (debootstrap) and is
 imported into Docker. Every image is labelled with its toolchain's version and smoke-tested
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable
 
 import docker
@@ -28,6 +30,8 @@ BASE_IMAGE = "sandbox-base:1"
 REGISTRY_ROOTFS = ("debian", "trixie-slim")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 LABEL_PREFIX = "llm-sandbox"
+# Language images built at once (SANDBOX_BUILD_JOBS / --jobs).
+DEFAULT_BUILD_JOBS = 3
 
 
 class BuildFailed(RuntimeError):
@@ -131,24 +135,53 @@ def _labels(api: docker.APIClient, image: str) -> dict[str, str]:
         return {}
 
 
-def build_runtime(client: docker.DockerClient, spec: RuntimeSpec) -> str:
+def toolchain_label(language: str) -> str:
+    return f"{LABEL_PREFIX}.toolchain.{language}"
+
+
+def image_toolchain(labels: dict[str, str], language: str) -> str | None:
+    """The toolchain version an image's labels record for ``language`` (images built before
+    several languages shared one carry a single `toolchain` label)."""
+    return labels.get(toolchain_label(language)) or labels.get(f"{LABEL_PREFIX}.toolchain")
+
+
+LOCAL_CA_FOLDER = Path("/usr/local/share/ca-certificates")
+
+
+def local_ca_certificates() -> str:
+    """The certificate authorities this host added to its trust store (Debian keeps them in
+    /usr/local/share/ca-certificates), as PEM text. Behind an intercepting proxy they are what
+    makes https work; a build's npm and pip steps get them as the EXTRA_CA_CERTS build
+    argument (certificates are public; the final images do not keep them)."""
+    if not LOCAL_CA_FOLDER.is_dir():
+        return ""
+    return "".join(path.read_text(errors="replace").strip() + "\n"
+                   for path in sorted(LOCAL_CA_FOLDER.rglob("*.crt")) if path.is_file())
+
+
+def build_image(client: docker.DockerClient, image: str, specs: list[RuntimeSpec]) -> dict[str, str]:
+    """Build one language image (skipped when its build folder and base are unchanged) and
+    label it with the toolchain version of each language it serves; language -> version."""
     api = client.api
-    folder = REPO_ROOT / spec.dockerfile
+    label = "/".join(spec.language for spec in specs)
+    folder = REPO_ROOT / specs[0].dockerfile
     context = context_digest(folder, api.inspect_image(BASE_IMAGE)["Id"])
-    labels = _labels(api, spec.image)
-    if labels.get(f"{LABEL_PREFIX}.context") == context and f"{LABEL_PREFIX}.toolchain" in labels:
+    labels = _labels(api, image)
+    if labels.get(f"{LABEL_PREFIX}.context") == context and \
+            all(toolchain_label(spec.language) in labels for spec in specs):
         # Not even a cached rebuild: a Dockerfile's ADD of a URL downloads at every build.
-        say(f"[{spec.language}] {spec.image} is up to date (same build files, same base image)")
-        return labels[f"{LABEL_PREFIX}.toolchain"]
-    _build(api, spec.image, spec.language, path=str(folder), buildargs={"BASE": BASE_IMAGE})
-    version = toolchain_version(client, spec)
-    # A second, metadata-only step: the label carries the version the toolchain reports.
-    _build(api, spec.image, spec.language, fileobj=io.BytesIO(f"FROM {spec.image}\n".encode()),
-           labels={f"{LABEL_PREFIX}.language": spec.language,
-                   f"{LABEL_PREFIX}.toolchain": version,
-                   f"{LABEL_PREFIX}.runtime-spec": f"runtimes/{spec.language}.toml",
+        say(f"[{label}] {image} is up to date (same build files, same base image)")
+        return {spec.language: labels[toolchain_label(spec.language)] for spec in specs}
+    _build(api, image, label, path=str(folder),
+           buildargs={"BASE": BASE_IMAGE, "EXTRA_CA_CERTS": local_ca_certificates()})
+    versions = {spec.language: toolchain_version(client, spec) for spec in specs}
+    # A second, metadata-only step: the labels carry the versions the toolchains report.
+    _build(api, image, label, fileobj=io.BytesIO(f"FROM {image}\n".encode()),
+           labels={f"{LABEL_PREFIX}.languages": ",".join(versions),
+                   **{toolchain_label(lang): version for lang, version in versions.items()},
+                   f"{LABEL_PREFIX}.build-folder": specs[0].dockerfile,
                    f"{LABEL_PREFIX}.context": context})
-    return version
+    return versions
 
 
 async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[str, str]:
@@ -170,15 +203,18 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
     for backend in backends:
         engine = Engine(backend, max_concurrency=2)
         label = getattr(backend, "description", backend.name)
+
+        async def probe(spec: RuntimeSpec) -> None:
+            problem = await engine.probe(spec)
+            if problem:
+                failures[spec.language] = f"{label}: {problem}"
+                say(f"[{spec.language}] smoke test FAILED on {label}: {problem}")
+            else:
+                say(f"[{spec.language}] smoke test passed on {label}")
+
         try:
             await backend.remove_leftovers()
-            for spec in specs:
-                problem = await engine.probe(spec)
-                if problem:
-                    failures[spec.language] = f"{label}: {problem}"
-                    say(f"[{spec.language}] smoke test FAILED on {label}: {problem}")
-                else:
-                    say(f"[{spec.language}] smoke test passed on {label}")
+            await asyncio.gather(*(probe(spec) for spec in specs))
         finally:
             await backend.close()
     return failures
@@ -199,16 +235,29 @@ def _prune_unpacked_roots(settings: Settings) -> None:
 
 
 def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec] | None:
-    """The runtime specs of ``languages`` (all when none), or None after saying which is unknown."""
+    """The runnable specs of ``languages`` (all when none), or None after saying which is
+    unknown. Ids that cannot run here (`unavailable`) are named, with why, and left out."""
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     try:
-        return [registry.get(lang) for lang in (languages or registry.languages)]
+        specs = [registry.get(lang) for lang in (languages or registry.languages)]
     except LookupError as exc:
         say(str(exc))
         return None
+    for spec in specs:
+        if not spec.buildable:
+            say(f"[{spec.language}] no image: {spec.unavailable}")
+    return list(dict.fromkeys(spec for spec in specs if spec.buildable))
 
 
-def build_images(languages: list[str] | None, settings: Settings) -> int:
+def by_image(specs: Iterable[RuntimeSpec]) -> dict[str, list[RuntimeSpec]]:
+    """image -> the specs it serves (several ids may share one image)."""
+    groups: dict[str, list[RuntimeSpec]] = {}
+    for spec in specs:
+        groups.setdefault(spec.image, []).append(spec)
+    return groups
+
+
+def build_images(languages: list[str] | None, settings: Settings, jobs: int = DEFAULT_BUILD_JOBS) -> int:
     specs = _specs(languages, settings)
     if specs is None:
         return 2
@@ -219,14 +268,26 @@ def build_images(languages: list[str] | None, settings: Settings) -> int:
         say(f"cannot reach the Docker daemon ({exc}); start dockerd (or Docker Desktop) and retry")
         return 1
     api = client.api
+    groups = by_image(specs)
     try:
         ensure_rootfs(api)
         _build(api, BASE_IMAGE, "base", path=str(REPO_ROOT / "images" / "base"),
                buildargs={"ROOTFS": ROOTFS_IMAGE})
-        versions = {}
-        for i, spec in enumerate(specs, 1):
-            say(f"== [{i}/{len(specs)}] {spec.language} -> {spec.image}")
-            versions[spec.language] = build_runtime(client, spec)
+        say(f"== building {len(groups)} image(s) for {len(specs)} language(s), {jobs} at a time")
+        versions: dict[str, str] = {}
+        # Image builds mostly wait on package downloads and unpacking: a few at once finish
+        # sooner than one after another, even on two cores.
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            futures = [pool.submit(build_image, client, image, group) for image, group in groups.items()]
+            try:
+                for done, future in enumerate(as_completed(futures), 1):
+                    built = future.result()
+                    versions.update(built)
+                    say(f"== [{done}/{len(groups)}] built {', '.join(built)}")
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                raise
     except BuildFailed as exc:
         say(str(exc))
         return 1
@@ -235,7 +296,7 @@ def build_images(languages: list[str] | None, settings: Settings) -> int:
     say("")
     for spec in specs:
         mark = "FAILED" if spec.language in failures else "ok"
-        say(f"  {spec.language:8} {spec.image:20} {versions[spec.language]:48} smoke: {mark}")
+        say(f"  {spec.language:14} {spec.image:20} {versions[spec.language]:48} smoke: {mark}")
     return 1 if failures else 0
 
 
@@ -250,7 +311,7 @@ def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
         return 2
     store = RootfsStore(settings.state_dir / "rootfs")
     dest.mkdir(parents=True, exist_ok=True)
-    for spec in specs:
+    for spec in (group[0] for group in by_image(specs).values()):
         try:
             target = store.export_prebuilt(spec.image, dest, with_rootfs=not metadata_only)
         except ImageMissing:
@@ -267,12 +328,15 @@ def list_images(settings: Settings) -> int:
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     client = docker.from_env()
     for spec in registry:
+        if not spec.buildable:
+            say(f"{spec.language:14} {'-':20} not served: {spec.unavailable}")
+            continue
         try:
             labels = client.api.inspect_image(spec.image)["Config"]["Labels"] or {}
-            state = labels.get(f"{LABEL_PREFIX}.toolchain", "built (no version label)")
+            state = image_toolchain(labels, spec.language) or "built (no version label)"
         except docker.errors.ImageNotFound:
             state = "MISSING: run `make images LANGS=" + spec.language + "`"
-        say(f"{spec.language:8} {spec.image:20} {state}")
+        say(f"{spec.language:14} {spec.image:20} {state}")
     return 0
 
 

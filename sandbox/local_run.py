@@ -29,7 +29,12 @@ class RunUsageError(ValueError):
 
 def infer_language(path: Path, registry: RuntimeRegistry) -> str:
     """The language whose runtime spec writes its source with ``path``'s extension."""
-    by_suffix = {Path(spec.source).suffix: spec.language for spec in registry}
+    by_suffix: dict[str, str] = {}
+    # Several ids share an extension (python and pytest, java and junit, ...): the plain
+    # language, whose source is main.<ext>, wins over its test runner.
+    for spec in sorted(registry, key=lambda s: (Path(s.source).stem.lower() != "main", s.language)):
+        if spec.buildable:
+            by_suffix.setdefault(Path(spec.source).suffix, spec.language)
     try:
         return by_suffix[path.suffix]
     except KeyError:

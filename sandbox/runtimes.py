@@ -9,31 +9,58 @@ import re
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class SmokeTest(BaseModel):
-    """A program every freshly built image must run correctly."""
+    """A program every freshly built image must run correctly: its exact stdout, or text its
+    stdout or stderr must contain (test runners print timings)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", frozen=True)
     code: str
     stdin: str = ""
-    stdout: str
+    stdout: str | None = None
+    stdout_contains: str | None = None
+    stderr_contains: str | None = None
+
+    @model_validator(mode="after")
+    def _expects_something(self) -> "SmokeTest":
+        if self.stdout is None and self.stdout_contains is None and self.stderr_contains is None:
+            raise ValueError("a smoke test needs stdout, stdout_contains or stderr_contains")
+        return self
+
+    def mismatch(self, stdout: str, stderr: str) -> str | None:
+        """What is wrong with this output, or None."""
+        if self.stdout is not None and stdout != self.stdout:
+            return f"printed {stdout[-200:]!r} instead of {self.stdout!r}"
+        if self.stdout_contains is not None and self.stdout_contains not in stdout:
+            return f"stdout {stdout[-200:]!r} lacks {self.stdout_contains!r}"
+        if self.stderr_contains is not None and self.stderr_contains not in stderr:
+            return f"stderr {stderr[-200:]!r} lacks {self.stderr_contains!r}"
+        return None
 
 
 class RuntimeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    language: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # SandboxFusion's ids are case-sensitive and two are not lower case: R, D_ut.
+    language: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_]*$")
     aliases: tuple[str, ...] = Field(
         (), description="Other names requests may use for this language (e.g. py, python3).")
-    image: str = Field(description="Image reference, e.g. sandbox-python:1.")
-    dockerfile: str = Field(description="Build context folder, relative to the repository root.")
-    source: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="File name the code is written to.")
+    unavailable: str | None = Field(
+        None, description="Why this id cannot run on any host this project builds for (no "
+                          "reachable registry carries its toolchain); requests get this as a "
+                          "SandboxError. Such a spec has no image.")
+    gpu: bool = Field(False, description="Needs an NVIDIA GPU through the NVIDIA container "
+                                         "runtime (docker backend); elsewhere a SandboxError.")
+    image: str = Field("", description="Image reference, e.g. sandbox-python:1.")
+    dockerfile: str = Field("", description="Build context folder, relative to the repository root.")
+    source: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$",
+                        description="File name the code is written to.")
     compile: tuple[str, ...] | None = Field(None, description="argv of the compile step, if any.")
-    run: tuple[str, ...] = Field(min_length=1, description="argv of the run step.")
-    version: tuple[str, ...] = Field(min_length=1, description="argv printing the toolchain version.")
-    memory_mb: int = Field(gt=0, description="Memory cap when a request asks for -1 or nothing.")
+    run: tuple[str, ...] = Field((), description="argv of the run step.")
+    version: tuple[str, ...] = Field((), description="argv printing the toolchain version.")
+    memory_mb: int = Field(512, gt=0, description="Memory cap when a request asks for -1 or nothing.")
     zygote: tuple[str, ...] | None = Field(
         None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
                           "(it gets the run argv after argv[0]); none: each test is exec'd.")
@@ -41,11 +68,25 @@ class RuntimeSpec(BaseModel):
         None, description="argv of the interpreter a session keeps alive between calls "
                           "(gets the control folder as its last argument; sandbox/sessions/); "
                           "none: a session keeps only its work directory.")
-    smoke: SmokeTest
+    smoke: SmokeTest | None = None
+
+    @model_validator(mode="after")
+    def _runnable_unless_unavailable(self) -> "RuntimeSpec":
+        if self.unavailable is None:
+            missing = [name for name in ("image", "dockerfile", "run", "version", "smoke")
+                       if not getattr(self, name)]
+            if missing:
+                raise ValueError(f"{', '.join(missing)} required (or `unavailable` = why not)")
+        return self
 
     @property
     def compiled(self) -> bool:
         return self.compile is not None
+
+    @property
+    def buildable(self) -> bool:
+        """Has an image to build (not an id whose toolchain cannot be had)."""
+        return self.unavailable is None
 
 
 class UnknownLanguage(LookupError):
@@ -67,6 +108,13 @@ class RuntimeRegistry:
     def __init__(self, specs: dict[str, RuntimeSpec]) -> None:
         self._specs = dict(sorted(specs.items()))
         self._aliases: dict[str, str] = {}
+        build_folder: dict[str, RuntimeSpec] = {}
+        for spec in self._specs.values():
+            first = build_folder.setdefault(spec.image, spec) if spec.buildable else spec
+            if first.dockerfile != spec.dockerfile:
+                raise RuntimeSpecError(f"{spec.language} and {first.language} share image {spec.image} "
+                                       f"but name different build folders ({spec.dockerfile}, "
+                                       f"{first.dockerfile})")
         for spec in self._specs.values():
             for alias in spec.aliases:
                 if not ALIAS_PATTERN.match(alias):
@@ -98,6 +146,16 @@ class RuntimeRegistry:
         return list(self._specs)
 
     @property
+    def images(self) -> list[str]:
+        """Every image the runnable languages need, once each (several ids share one)."""
+        return list(dict.fromkeys(spec.image for spec in self._specs.values() if spec.buildable))
+
+    @property
+    def runnable(self) -> list[RuntimeSpec]:
+        """The specs with an image (not `unavailable` ones)."""
+        return [spec for spec in self._specs.values() if spec.buildable]
+
+    @property
     def aliases(self) -> dict[str, str]:
         """alias -> language."""
         return dict(self._aliases)
@@ -107,7 +165,7 @@ class RuntimeRegistry:
         try:
             return self._specs[self._aliases.get(language, language)]
         except KeyError:
-            raise UnknownLanguage(language, self.languages) from None
+            raise UnknownLanguage(language, [s.language for s in self.runnable]) from None
 
     def __iter__(self):
         return iter(self._specs.values())

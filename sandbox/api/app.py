@@ -29,8 +29,8 @@ from .sessions import install_session_errors, run_in_session, session_router
 from .observability import (install_observability, note_evaluation_result, note_run_request,
                             note_run_result)
 from .schemas import EvaluateRequest, EvaluateResponse, RunCodeRequest, RunCodeResponse
-from .translate import (InvalidRequest, build_evaluation, build_job, to_evaluate_response,
-                        to_response)
+from .translate import (HOSTNAME, InvalidRequest, LanguageUnavailable, build_evaluation, build_job,
+                        to_evaluate_response, to_response)
 
 log = logging.getLogger("sandbox")
 
@@ -77,11 +77,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 log.warning("another server of instance %r is running on this host: its sandboxes "
                             "are left alone (give each server its own SANDBOX_INSTANCE)",
                             settings.instance)
-            missing = await engine.backend.missing_images([spec.image for spec in registry])
+            missing = await engine.backend.missing_images(registry.images)
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
                             "SandboxError until then)", ", ".join(missing))
-            probe_spec = next((s for s in registry if s.image not in missing), None)
+            probe_spec = next((s for s in registry.runnable if s.image not in missing), None)
             if engine.backend.name == "oci" and probe_spec is None:
                 log.error("no language image is built; run `make images`")
             elif engine.backend.name == "oci":
@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                     log.error("oci backend failed its probe: %s", problem)
                     app.state.services.backend_problem = problem
                 else:
-                    warming = asyncio.create_task(engine.backend.warm([s.image for s in registry]))
+                    warming = asyncio.create_task(engine.backend.warm(registry.images))
         except BackendError as exc:
             log.error("container backend not ready: %s", exc)
         log.info("serving %s with the %s backend, %d sandboxes at once",
@@ -155,7 +155,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             return await run_in_session(req, services, request, response)
         started = time.perf_counter()
         note_run_request(request, req)
-        job = build_job(req, services.registry, services.settings)
+        try:
+            job = build_job(req, services.registry, services.settings)
+        except LanguageUnavailable as exc:
+            return RunCodeResponse(status="SandboxError", message=str(exc), executor_pod_name=HOSTNAME)
         engine_started = time.perf_counter()
         result = await services.engine.run(job)
         engine_s = time.perf_counter() - engine_started
@@ -213,13 +216,13 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         backend = services.engine.backend
         problems = []
         try:
-            missing = await backend.missing_images([spec.image for spec in services.registry])
+            missing = await backend.missing_images(services.registry.images)
             problems += [f"image {image} is not built; run `make images`" for image in missing]
         except BackendError as exc:
             problems.append(str(exc))
         if services.backend_problem and not problems:
             # Failed at start-up: check again (one small container) until it passes.
-            spec = next(iter(services.registry))
+            spec = services.registry.runnable[0]
             services.backend_problem = await services.engine.probe(spec)
             if services.backend_problem:
                 problems.append(f"the {backend.name} backend cannot run programs: "

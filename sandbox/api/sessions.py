@@ -30,7 +30,7 @@ from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse
                               SessionCreated, SessionCreateRequest, SessionForked, SessionList,
                               SessionState)
 from .translate import (HOSTNAME, InvalidRequest, _decode_files, _memory, _require_unicode,
-                        build_job, to_response)
+                        build_job, runtime_for, to_response)
 
 FORWARDED_HEADER = "X-Sandbox-Forwarded-By"
 NOT_FOUND = "session {id} not found (deleted, expired, or the server restarted)"
@@ -183,10 +183,7 @@ def session_router(services) -> APIRouter:
                             503: {"description": "The server holds its most sessions, or could "
                                                  "not start one; retry after `Retry-After` s."}})
     async def create(req: SessionCreateRequest) -> SessionCreated:
-        try:
-            spec = services.registry.get(req.language)
-        except LookupError as exc:
-            raise InvalidRequest(str(exc)) from None
+        spec = runtime_for(req.language, services.registry)
         if settings.max_sessions == 0:
             raise SessionsFull("sessions are turned off on this server (SANDBOX_MAX_SESSIONS=0)")
         allowed = settings.for_language(spec.language, spec.memory_mb)

@@ -10,7 +10,7 @@ import socket
 from ..config import LanguageLimits, Settings
 from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
 from ..engine.output import decode_output
-from ..engine.paths import UnsafePath, check_no_overlap, confine
+from ..engine.paths import MNT_FOLDER, UnsafePath, check_no_overlap, confine, needs_mnt_folder
 from ..runtimes import RuntimeRegistry
 from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, TestCase
 from .schemas import (CommandRunResult, EvaluateRequest, EvaluateResponse, RunCodeRequest,
@@ -22,6 +22,26 @@ HOSTNAME = socket.gethostname()
 
 class InvalidRequest(ValueError):
     """A request that validated against the schema but cannot be run as asked (HTTP 422)."""
+
+
+class LanguageUnavailable(InvalidRequest):
+    """A known language id whose toolchain this server cannot have (runtimes/*.toml
+    `unavailable`). /run_code answers it as a SandboxError, as SandboxFusion does for an id it
+    accepts but cannot run; other endpoints with a 422."""
+
+    def __init__(self, language: str, reason: str) -> None:
+        super().__init__(f"language {language!r} cannot run on this server: {reason}")
+
+
+def runtime_for(language: str, registry: RuntimeRegistry):
+    """The spec of ``language``; InvalidRequest when unknown, LanguageUnavailable when it cannot run."""
+    try:
+        spec = registry.get(language)
+    except LookupError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if spec.unavailable:
+        raise LanguageUnavailable(spec.language, spec.unavailable)
+    return spec
 
 
 def _timeout(name: str, value: float, allowed: LanguageLimits) -> float:
@@ -48,10 +68,7 @@ def _memory(value: int, allowed: LanguageLimits) -> int:
 
 
 def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings) -> Job:
-    try:
-        spec = registry.get(req.language)
-    except LookupError as exc:
-        raise InvalidRequest(str(exc)) from None
+    spec = runtime_for(req.language, registry)
     allowed = settings.for_language(spec.language, spec.memory_mb)
     limits = Limits(
         compile_timeout_s=_timeout("compile_timeout", req.compile_timeout, allowed),
@@ -69,6 +86,8 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         files = _decode_files(req.files, settings)
         fetch = tuple(dict.fromkeys(confine(p) for p in req.fetch_files))
         check_no_overlap(list(files), spec.source)
+        if needs_mnt_folder(fetch) and not needs_mnt_folder(files):
+            files[f"{MNT_FOLDER}/"] = b""  # /mnt exists for the program to write into
     except UnsafePath as exc:
         raise InvalidRequest(str(exc)) from None
     return Job(spec=spec, code=req.code, stdin=(req.stdin or "").encode(), files=files,

@@ -136,9 +136,11 @@ class Engine:
             if step is not None and not step.ok:
                 return (f"{spec.language} smoke test: {step.status.value}, exit {step.exit_code}: "
                         f"{(step.stderr or step.stdout).decode(errors='replace')[-300:]}")
-        if result.run is None or result.run.stdout.decode(errors="replace") != spec.smoke.stdout:
-            return f"{spec.language} smoke test printed the wrong output"
-        return None
+        if result.run is None:
+            return f"{spec.language} smoke test did not run"
+        mismatch = spec.smoke.mismatch(result.run.stdout.decode(errors="replace"),
+                                       result.run.stderr.decode(errors="replace"))
+        return f"{spec.language} smoke test {mismatch}" if mismatch else None
 
     async def _prepare(self, box, job: Job, result: JobResult, cached: CachedCompile | None,
                        want_artifacts: bool) -> tuple[bool, CachedCompile | None]:

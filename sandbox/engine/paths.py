@@ -20,8 +20,35 @@ class UnsafePath(ValueError):
         super().__init__(f"file path {path!r} refused: {reason}")
 
 
+# Absolute paths name places inside the sandbox (SandboxFusion's clients send `/mnt/data`):
+# the work directory itself, and /mnt, which the image links to the work directory's `.mnt`
+# folder, so a file there has the same size cap and is fetched and cleaned up the same way.
+WORKDIR = "/sandbox"
+MNT = "/mnt"
+MNT_FOLDER = ".mnt"
+ABSOLUTE_PLACES = f"{WORKDIR} (the work directory) or {MNT}"
+
+
+def _inside_workdir(path: str) -> str:
+    """An absolute ``path`` as the path relative to the work directory it lands on."""
+    if "/../" in path + "/":
+        raise UnsafePath(path, "'..' is not allowed")
+    for place, folder in ((WORKDIR, ""), (MNT, MNT_FOLDER)):
+        if path.startswith(place + "/"):
+            rest = path[len(place) + 1:].lstrip("/")
+            return f"{folder}/{rest}" if folder and rest else (rest or path)
+    raise UnsafePath(path, f"an absolute path must be under {ABSOLUTE_PLACES}; "
+                           f"or give a path relative to the work directory")
+
+
+def needs_mnt_folder(paths) -> bool:
+    """Whether any of these confined paths is under /mnt (its folder is then made before the run)."""
+    return any(p.startswith(MNT_FOLDER + "/") for p in paths)
+
+
 def confine(path: str) -> str:
-    """Return ``path`` as a normalised path relative to the work directory, or raise UnsafePath."""
+    """Return ``path`` as a normalised path relative to the work directory, or raise UnsafePath.
+    Absolute paths are accepted under /sandbox and /mnt (see WORKDIR, MNT)."""
     if not path:
         raise UnsafePath(path, "empty path")
     if "\x00" in path:
@@ -29,7 +56,7 @@ def confine(path: str) -> str:
     if len(path) > MAX_PATH_CHARS:
         raise UnsafePath(path, f"longer than {MAX_PATH_CHARS} characters")
     if path.startswith("/"):
-        raise UnsafePath(path, "absolute paths are not allowed; give a path relative to the work directory")
+        path = _inside_workdir(path)
     parts = path.split("/")
     if ".." in parts:
         raise UnsafePath(path, "'..' is not allowed")

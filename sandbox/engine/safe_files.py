@@ -42,6 +42,9 @@ def _parent_fd(root: Path, relpath: str, create: bool, uid: int | None) -> Itera
 def write_files(root: Path, files: dict[str, bytes], uid: int | None = None,
                 executables: frozenset[str] = frozenset()) -> None:
     for relpath, content in files.items():
+        if relpath.endswith("/"):  # an empty folder to make (see tarball.pack)
+            with _parent_fd(root, relpath + "-", create=True, uid=uid):
+                continue
         mode = 0o755 if relpath in executables else 0o644
         with _parent_fd(root, relpath, create=True, uid=uid) as (dir_fd, name):
             fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -8,7 +8,8 @@ from typing import Callable, Iterable, Iterator
 
 
 def pack(files: dict[str, bytes], executables: frozenset[str] = frozenset()) -> bytes:
-    """A tar of regular files (0644, or 0755 for ``executables``) and their parent folders (0755)."""
+    """A tar of regular files (0644, or 0755 for ``executables``) and their parent folders (0755).
+    A name ending in '/' is a folder to make, empty."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         made: set[str] = set()
@@ -21,6 +22,8 @@ def pack(files: dict[str, bytes], executables: frozenset[str] = frozenset()) -> 
                     info = tarfile.TarInfo(folder)
                     info.type, info.mode = tarfile.DIRTYPE, 0o755
                     tar.addfile(info)
+            if path.endswith("/"):
+                continue
             info = tarfile.TarInfo(path)
             info.size, info.mode = len(content), 0o755 if path in executables else 0o644
             tar.addfile(info, io.BytesIO(content))

@@ -8,6 +8,11 @@ from sandbox.engine.paths import UnsafePath, check_no_overlap, confine
     ("data/in.txt", "data/in.txt"),
     ("./x/./y.bin", "x/y.bin"),
     ("deep/er/file", "deep/er/file"),
+    # Absolute paths inside the sandbox: the work directory, and /mnt (its .mnt folder).
+    ("/sandbox/a.txt", "a.txt"),
+    ("/sandbox/data/in.txt", "data/in.txt"),
+    ("/mnt/b", ".mnt/b"),
+    ("/mnt/data//db.sqlite", ".mnt/data/db.sqlite"),
 ])
 def test_confine_accepts_relative_paths(path, expected):
     assert confine(path) == expected
@@ -15,7 +20,13 @@ def test_confine_accepts_relative_paths(path, expected):
 
 @pytest.mark.parametrize("path, reason", [
     ("", "empty"),
-    ("/etc/passwd", "absolute"),
+    ("/etc/passwd", "under /sandbox (the work directory) or /mnt"),
+    ("/tmp/x", "under /sandbox"),
+    ("/mnt", "under /sandbox"),
+    ("/mnt/", "directory"),
+    ("/mnt/../etc/passwd", "'..'"),
+    ("/sandbox/../etc/passwd", "'..'"),
+    ("/sandboxes/x", "under /sandbox"),
     ("../etc/passwd", "'..'"),
     ("a/../../b", "'..'"),
     ("a/..", "'..'"),

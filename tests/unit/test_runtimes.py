@@ -5,16 +5,52 @@ from sandbox.runtimes import RuntimeRegistry, RuntimeSpecError, UnknownLanguage
 
 EXPECTED_DEFAULTS = {"python": 1024, "cpp": 2048, "java": 2048, "nodejs": 512, "go": 1024,
                      "sql": 512, "rust": 1024, "bash": 512}
+# SandboxFusion's (and verl's SUPPORTED_LANGUAGES) ids, case-sensitive.
+SANDBOXFUSION_IDS = {
+    "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
+    "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
+    "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
+# No toolchain reachable (julia, lean) or no GPU support yet: a clear SandboxError.
+UNAVAILABLE = {"julia", "lean", "cuda", "python_gpu"}
 
 
-def test_every_served_language_has_a_valid_spec_and_its_default_memory():
+def test_every_sandboxfusion_id_has_a_spec_with_an_image_or_a_reason():
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
-    assert sorted(registry.languages) == sorted(EXPECTED_DEFAULTS)
+    assert set(registry.languages) == SANDBOXFUSION_IDS | {"c"}
     for spec in registry:
-        assert spec.memory_mb == EXPECTED_DEFAULTS[spec.language]
+        if spec.language in UNAVAILABLE:
+            assert not spec.buildable and spec.unavailable
+            continue
+        assert spec.buildable and spec.smoke is not None
+        assert spec.memory_mb == EXPECTED_DEFAULTS.get(spec.language, spec.memory_mb)
         assert (REPO_ROOT / spec.dockerfile / "Dockerfile").is_file()
     assert registry.get("cpp").compiled and not registry.get("python").compiled
     assert registry.get("java").source == "Main.java"
+    # Several ids share a toolchain's image.
+    assert registry.get("pytest").image == registry.get("python").image
+    assert {registry.get(x).image for x in ("java", "junit", "scala", "kotlin_script")} == \
+        {registry.get("java").image}
+    assert len(registry.images) < len(registry.runnable)
+
+
+def test_a_spec_without_an_image_must_say_why(tmp_path):
+    (tmp_path / "cobol.toml").write_text('language = "cobol"\n')
+    with pytest.raises(RuntimeSpecError, match="or `unavailable`"):
+        RuntimeRegistry.load(tmp_path)
+    (tmp_path / "cobol.toml").write_text('language = "cobol"\nunavailable = "no compiler"\n')
+    registry = RuntimeRegistry.load(tmp_path)
+    assert registry.images == [] and registry.runnable == []
+
+
+def test_ids_sharing_an_image_share_its_build_folder(tmp_path):
+    spec = (REPO_ROOT / "runtimes" / "python.toml").read_text()
+    (tmp_path / "python.toml").write_text(spec)
+    (tmp_path / "pytest.toml").write_text(
+        spec.replace('language = "python"', 'language = "pytest"').replace(
+            'aliases = ["py", "python3"]', "").replace('dockerfile = "images/python"',
+                                                       'dockerfile = "images/other"'))
+    with pytest.raises(RuntimeSpecError, match="share image sandbox-python:1"):
+        RuntimeRegistry.load(tmp_path)
 
 
 def test_unknown_language_lists_the_served_ones():
@@ -36,7 +72,8 @@ def test_a_broken_spec_is_reported_with_its_file(tmp_path):
 def test_aliases_resolve_to_their_language_and_may_not_collide(tmp_path):
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
     for alias, language in {"py": "python", "python3": "python", "js": "nodejs",
-                            "javascript": "nodejs", "c++": "cpp", "sh": "bash"}.items():
+                            "javascript": "nodejs", "c++": "cpp", "sh": "bash",
+                            "ts": "typescript"}.items():
         assert registry.get(alias).language == language
     assert "py" not in registry.languages
     spec = (REPO_ROOT / "runtimes" / "bash.toml").read_text()

@@ -108,7 +108,7 @@ def test_an_unknown_language_lists_the_served_ones(config_file):
     with pytest.raises(ConfigError) as exc:
         load_settings()
     assert "'cobol' is not served here" in str(exc.value)
-    assert "served languages: bash, cpp, go, java, nodejs, python, rust, sql" in str(exc.value)
+    assert "served languages: D_ut, R, bash, c, cpp, csharp, cuda, go" in str(exc.value)
 
 
 def test_invalid_values_are_reported_with_their_setting(config_file, monkeypatch):

@@ -32,7 +32,7 @@ def test_openapi_documents_run_code(client):
 
 
 @pytest.mark.parametrize("body, fragment", [
-    ({"language": "cobol"}, "served languages: bash, cpp, go, java, nodejs, python, rust, sql"),
+    ({"language": "cobol"}, "served languages: D_ut, R, bash, c, cpp, csharp, go, go_test, java"),
     ({"memory_limit_MB": 8192}, "ceiling of 4096 MB"),
     ({"memory_limit_MB": 0}, "memory_limit_MB must be -1"),
     ({"memory_limit_MB": -5}, "memory_limit_MB must be -1"),
@@ -40,10 +40,10 @@ def test_openapi_documents_run_code(client):
     ({"compile_timeout": -1}, "compile_timeout must be a positive"),
     ({"run_timeout": 600}, "ceiling of 60 s"),
     ({"files": {"../x": "YQ=="}}, "'..' is not allowed"),
-    ({"files": {"/etc/passwd": "YQ=="}}, "absolute paths are not allowed"),
+    ({"files": {"/etc/passwd": "YQ=="}}, "an absolute path must be under /sandbox (the work directory) or /mnt"),
     ({"files": {"a": "***"}}, "not valid base64"),
     ({"files": {"main.py": "YQ=="}}, "source file"),
-    ({"fetch_files": ["/etc/shadow"]}, "absolute paths are not allowed"),
+    ({"fetch_files": ["/etc/shadow"]}, "an absolute path must be under /sandbox"),
     ({"fetch_files": ["a/../../etc"]}, "'..' is not allowed"),
 ])
 def test_requests_that_cannot_run_get_a_422_that_says_why(client, body, fragment):
@@ -144,3 +144,19 @@ def test_evaluate_requests_that_cannot_run_get_a_422_that_says_why():
                                headers={"content-type": "application/json"})
         assert response.status_code == 422, (change, response.text)
         assert expected in response.text, (change, response.text)
+
+
+@pytest.mark.parametrize("language", ["julia", "lean", "cuda", "python_gpu"])
+def test_an_id_without_a_toolchain_answers_a_sandbox_error_that_says_why(client, language):
+    # SandboxFusion accepts these ids; with no toolchain reachable (or no GPU support) the
+    # answer is an honest SandboxError naming the reason, never a 422 or a fake run.
+    response = post(client, language=language)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["status"] == "SandboxError"
+    assert f"language {language!r} cannot run on this server: " in body["message"]
+    assert body["run_result"] is None and body["compile_result"] is None
+    response = client.post("/v1/evaluate", json={"language": language, "code": "x",
+                                                  "tests": [{"stdin": "", "expected_output": ""}]})
+    assert response.status_code == 422
+    assert "cannot run on this server" in response.json()["detail"]

@@ -25,6 +25,7 @@ PREBUILT_METADATA = "image.json"
 # Touched each time a server checks an image's tag and takes this root (every TAG_TTL_S).
 USED_MARK = ".used"
 EXPORT_LABEL = "llm-sandbox.rootfs-export"
+HOSTS = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
 # An export container older than this is a leftover (an export takes seconds; another server
 # sharing the daemon may be in the middle of one).
 STALE_EXPORT_S = 600
@@ -156,6 +157,9 @@ class RootfsStore:
                 tar.stdin.close()
                 if tar.wait() != 0:
                     raise BackendError(f"unpacking {image} failed")
+            # docker export leaves /etc/hosts empty (Docker mounts its own at run time):
+            # `localhost` must resolve in the sandbox.
+            (rootfs / "etc" / "hosts").write_text(HOSTS)
         finally:
             api.remove_container(container["Id"], force=True)
 
