@@ -9,12 +9,15 @@ through the real engine before it counts as built.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import io
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Iterable
@@ -30,6 +33,7 @@ BASE_IMAGE = "sandbox-base:1"
 REGISTRY_ROOTFS = ("debian", "trixie-slim")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 LABEL_PREFIX = "llm-sandbox"
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # Language images built at once (SANDBOX_BUILD_JOBS / --jobs).
 DEFAULT_BUILD_JOBS = 3
 
@@ -38,8 +42,14 @@ class BuildFailed(RuntimeError):
     pass
 
 
+_say_lock = threading.Lock()
+
+
 def say(message: str) -> None:
-    print(message, flush=True)
+    # One write per line: images build in threads, and print() writes the newline apart.
+    with _say_lock:
+        sys.stdout.write(message + "\n")
+        sys.stdout.flush()
 
 
 def _image_exists(api: docker.APIClient, image: str) -> bool:
@@ -96,9 +106,12 @@ def _build(api: docker.APIClient, tag: str, label: str, *, path: str | None = No
            labels: dict | None = None) -> None:
     stream = api.build(path=path, fileobj=fileobj, tag=tag, buildargs=buildargs or {},
                        labels=labels, rm=True, forcerm=True, decode=True, pull=False)
+    # The lines before a failed step say why (apt's "Unable to locate package x"); with
+    # several builds interleaving their output, the error repeats them.
+    recent: collections.deque[str] = collections.deque(maxlen=6)
     for chunk in stream:
         if "error" in chunk:
-            hint = ""
+            hint = "\n  " + "\n  ".join(recent) if recent else ""
             if chunk["error"].startswith("ADD failed"):
                 hint = ("\nThe Docker daemon downloads that file itself: dockerd must reach the "
                         "address (behind a proxy, give dockerd HTTPS_PROXY: "
@@ -108,13 +121,20 @@ def _build(api: docker.APIClient, tag: str, label: str, *, path: str | None = No
         if line:
             for part in line.splitlines():
                 say(f"[{label}] {part}")
+                recent.append(ANSI_ESCAPE.sub("", part))
 
 
 def toolchain_version(client: docker.DockerClient, spec: RuntimeSpec) -> str:
-    out = client.containers.run(spec.image, list(spec.version), remove=True, network_mode="none",
-                                stdout=True, stderr=True, user="65534:65534")
-    first_line = out.decode(errors="replace").strip().splitlines()[0].strip()
-    return first_line[:64]
+    try:
+        out = client.containers.run(spec.image, list(spec.version), remove=True, network_mode="none",
+                                    stdout=True, stderr=True, user="65534:65534")
+    except docker.errors.ContainerError as exc:
+        detail = (exc.stderr or b"").decode(errors="replace").strip()[-300:]
+        raise BuildFailed(f"[{spec.language}] the version command {list(spec.version)} failed in "
+                          f"{spec.image} (exit {exc.exit_status}): {detail}; fix `version` in "
+                          f"runtimes/{spec.language}.toml") from None
+    lines = out.decode(errors="replace").strip().splitlines()
+    return lines[0].strip()[:64] if lines else "(no version printed)"
 
 
 def context_digest(folder: Path, base_id: str) -> str:

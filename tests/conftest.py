@@ -32,11 +32,11 @@ def _docker_problem() -> str | None:
         return f"no Docker daemon ({exc}); start dockerd"
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
     missing = []
-    for spec in registry:
+    for image in registry.images:
         try:
-            client.api.inspect_image(spec.image)
+            client.api.inspect_image(image)
         except Exception:  # noqa: BLE001
-            missing.append(spec.image)
+            missing.append(image)
     client.close()
     if missing:
         return f"images not built: {', '.join(missing)}; run `make images`"

@@ -245,8 +245,8 @@ def test_server_image_bakes_every_language_and_sets_real_settings():
     stages = {stage: image for image, stage in re.findall(r"^FROM (\S+) AS (\S+)$", dockerfile, re.M)}
     copied = dict(re.findall(r"^COPY --from=(\S+) / /opt/llm-sandbox/roots/([^/]+)/rootfs/$", dockerfile, re.M))
     baked = {stages.get(stage, stage): folder for stage, folder in copied.items()}
-    for spec in RuntimeRegistry.load(REPO_ROOT / "runtimes"):
-        assert baked.get(spec.image) == prebuilt_name(spec.image), f"{spec.image} is not baked in"
+    for image in RuntimeRegistry.load(REPO_ROOT / "runtimes").images:
+        assert baked.get(image) == prebuilt_name(image), f"{image} is not baked in"
     env_names = re.findall(r"\b(SANDBOX_[A-Z_]+)=", dockerfile)
     assert "SANDBOX_ROOTFS_DIR" in env_names
     assert not _setting_names(env_names)

@@ -137,6 +137,41 @@ def test_files_in_and_fetch_files_out(run, language):
     assert "missing.txt" not in result["files"]
 
 
+def test_absolute_paths_inside_the_sandbox(run):
+    # SandboxFusion's clients send /mnt/... paths: in and out, confined to the work directory.
+    code = ("import os\n"
+            "print(open('/mnt/data/in.txt').read(), open('/sandbox/x.txt').read())\n"
+            "open('/mnt/out.txt', 'w').write('out')\n"
+            "print(os.path.realpath('/mnt/out.txt'))")
+    result = run(code, "python", files={"/mnt/data/in.txt": base64.b64encode(b"in").decode(),
+                                        "/sandbox/x.txt": base64.b64encode(b"x").decode()},
+                 fetch_files=["/mnt/out.txt", "/mnt/data/in.txt", "x.txt"])
+    assert_ran(result, "in x\n/sandbox/.mnt/out.txt\n")
+    assert {path: base64.b64decode(data) for path, data in result["files"].items()} == \
+        {"/mnt/out.txt": b"out", "/mnt/data/in.txt": b"in", "x.txt": b"x"}
+    # Only /mnt named in fetch_files: the folder exists for the program to write into.
+    result = run("open('/mnt/b', 'w').write('sauce')", "python", fetch_files=["/mnt/b"])
+    assert result["status"] == "Success", result
+    assert base64.b64decode(result["files"]["/mnt/b"]) == b"sauce"
+
+
+def test_localhost_resolves_and_loopback_works(run):
+    code = ("import socket, threading\n"
+            "server = socket.create_server(('127.0.0.1', 0))\n"
+            "port = server.getsockname()[1]\n"
+            "threading.Thread(target=lambda: server.accept()[0].sendall(b'pong'), daemon=True).start()\n"
+            "print(socket.gethostbyname('localhost'), socket.create_connection(('localhost', port)).recv(4).decode())")
+    assert_ran(run(code, "python"), "127.0.0.1 pong\n")
+
+
+def test_python_has_sandboxfusions_common_packages(run):
+    code = ("import requests, sklearn, pandasql, bs4, lxml, PIL, statsmodels, nltk, pytest, sympy\n"
+            "import pandas as pd\n"
+            "df = pd.DataFrame({'a': [1, 2, 3]})\n"
+            "print(pandasql.sqldf('select sum(a) as s from df', {'df': df})['s'][0])")
+    assert_ran(run(code, "python"), "6\n")
+
+
 def test_java_runs_under_a_256_mb_cap(run):
     assert_ran(run(program("java", "hello"), "java", memory_limit_MB=256), "hello, world\n")
 

@@ -7,6 +7,7 @@ import base64
 import re
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -260,7 +261,10 @@ def test_a_deleted_session_leaves_nothing_behind(url):
     from sandbox.config import Settings
 
     session = create(url)["session_id"]
-    box = call(url, session, "import subprocess\nsubprocess.Popen(['sleep', '300'])\n"
+    # A duration no other test uses: only this session's sleeper matches below (another
+    # test's `sleep 300`, or one on the host, is not this session's leftover).
+    marker = f"300.{uuid.uuid4().int % 10**9:09d}"
+    box = call(url, session, f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\n"
                              "open('x', 'w').write('x')")["sandbox_id"]
     # The instance's run folder (bundle, work directory, control folder) and runtime state.
     instance_dirs = [p for p in Settings().run_dir.glob("pytest-*") if p.is_dir()]
@@ -270,7 +274,7 @@ def test_a_deleted_session_leaves_nothing_behind(url):
     after = {p.name for d in instance_dirs for p in d.iterdir()}
     assert not [name for name in after if name.startswith(box)]
     sleepers = [p for p in Path("/proc").iterdir() if p.name.isdigit()
-                and _cmdline(p) == "sleep\x00300\x00"]
+                and _cmdline(p) == f"sleep\x00{marker}\x00"]
     assert not sleepers, "a deleted session's process is still running"
 
 
