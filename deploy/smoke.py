@@ -26,6 +26,13 @@ SUM_PROGRAMS = {  # read "40 2", print 42
     "go": "package main\nimport \"fmt\"\nfunc main(){var a,b int;fmt.Scan(&a,&b);fmt.Println(a+b)}",
     "rust": "use std::io::*;fn main(){let mut s=String::new();stdin().read_to_string(&mut s).unwrap();"
             "let v:Vec<i64>=s.split_whitespace().map(|x|x.parse().unwrap()).collect();println!(\"{}\",v[0]+v[1]);}",
+    "c": "#include <stdio.h>\nint main(void){long a,b;scanf(\"%ld %ld\",&a,&b);printf(\"%ld\\n\",a+b);}",
+    "typescript": "const [a, b]: number[] = require('fs').readFileSync(0, 'utf8').split(' ').map(Number); console.log(a + b)",
+    "ruby": "a, b = gets.split.map(&:to_i); puts a + b",
+    "php": "[$a, $b] = explode(' ', trim(fgets(STDIN))); echo $a + $b, \"\\n\";",
+    "perl": "my ($a, $b) = split ' ', <STDIN>; print $a + $b, \"\\n\";",
+    "lua": "local a, b = io.read('*n', '*n'); print(a + b)",
+    "R": "x <- scan(file('stdin'), quiet = TRUE); cat(sum(x), '\\n', sep = '')",
 }
 
 
