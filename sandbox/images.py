@@ -18,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 import threading
-from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
 from typing import Iterable
 
 import docker
@@ -34,7 +34,7 @@ REGISTRY_ROOTFS = ("debian", "trixie-slim")
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 LABEL_PREFIX = "llm-sandbox"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
-# Language images built at once (SANDBOX_BUILD_JOBS / --jobs).
+# Language images built at once (`sandbox images build --jobs N`, `make images JOBS=N`).
 DEFAULT_BUILD_JOBS = 3
 
 
@@ -288,12 +288,17 @@ def build_images(languages: list[str] | None, settings: Settings, jobs: int = DE
         say(f"cannot reach the Docker daemon ({exc}); start dockerd (or Docker Desktop) and retry")
         return 1
     api = client.api
-    groups = by_image(specs)
+    # An image is built for every id it serves, not only the ones asked for (LANGS=c builds
+    # sandbox-cpp:1 and labels it with both gcc's and g++'s versions).
+    wanted = {spec.image for spec in specs}
+    groups = by_image(spec for spec in RuntimeRegistry.load(settings.runtimes_dir).runnable
+                      if spec.image in wanted)
     try:
         ensure_rootfs(api)
         _build(api, BASE_IMAGE, "base", path=str(REPO_ROOT / "images" / "base"),
                buildargs={"ROOTFS": ROOTFS_IMAGE})
-        say(f"== building {len(groups)} image(s) for {len(specs)} language(s), {jobs} at a time")
+        served = sum(map(len, groups.values()))
+        say(f"== building {len(groups)} image(s) for {served} language(s), {jobs} at a time")
         versions: dict[str, str] = {}
         # Image builds mostly wait on package downloads and unpacking: a few at once finish
         # sooner than one after another, even on two cores.
