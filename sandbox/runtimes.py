@@ -58,6 +58,12 @@ class RuntimeSpec(BaseModel):
     source: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$",
                         description="File name the code is written to.")
     compile: tuple[str, ...] | None = Field(None, description="argv of the compile step, if any.")
+    std: dict[str, tuple[str, ...]] | None = Field(
+        None, description="Standards a request may choose (`std`): name -> the compile flags "
+                          "that replace `std_default`'s in `compile`.")
+    std_default: str | None = Field(None, description="The standard `compile` is written for.")
+    extra_compile_flags: bool = Field(
+        False, description="Takes a request's allow-listed `extra_compile_flags` (gcc's driver).")
     run: tuple[str, ...] = Field((), description="argv of the run step.")
     version: tuple[str, ...] = Field((), description="argv printing the toolchain version.")
     memory_mb: int = Field(512, gt=0, description="Memory cap when a request asks for -1 or nothing.")
@@ -77,6 +83,16 @@ class RuntimeSpec(BaseModel):
                        if not getattr(self, name)]
             if missing:
                 raise ValueError(f"{', '.join(missing)} required (or `unavailable` = why not)")
+        return self
+
+    @model_validator(mode="after")
+    def _std_default_is_in_compile(self) -> "RuntimeSpec":
+        if self.std is not None:
+            if self.std_default not in self.std:
+                raise ValueError(f"std_default {self.std_default!r} must be one of std's choices")
+            flags, argv = list(self.std[self.std_default]), list(self.compile or ())
+            if not any(argv[i:i + len(flags)] == flags for i in range(len(argv))):
+                raise ValueError(f"compile must contain std_default's flags {flags}")
         return self
 
     @property

@@ -22,6 +22,14 @@ class RunCodeRequest(BaseModel):
         description="Path (relative to the work directory) -> base64 content, placed before compiling.")
     fetch_files: list[str] = Field(
         default_factory=list, description="Paths read back after the run, returned base64 in `files`.")
+    std: str | None = Field(
+        None, description="Language standard where the toolchain has several: cpp c++17 "
+                          "(default) / c++20 / c++23, c c11 / c17 (default) / c23, rust edition "
+                          "2015 / 2018 / 2021 (default) / 2024.")
+    extra_compile_flags: list[str] = Field(
+        default_factory=list,
+        description="cpp and c: more compiler flags from an allow-list (-D/-U macros, -O levels, "
+                    "warning flags, -g); any other is a 422 naming it.")
     session_id: str | None = Field(
         None, description="Run in this session (POST /v1/sessions) instead of a fresh sandbox: "
                           "python and bash keep their interpreter's state, every language its "
@@ -98,6 +106,9 @@ class EvaluateRequest(BaseModel):
     tests: list[TestCaseIn] = Field(min_length=1, description="The test cases, run in order.")
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
     run_timeout: float = Field(10, description="Wall-clock limit of each test, seconds.")
+    std: str | None = Field(None, description="Language standard, as in /run_code.")
+    extra_compile_flags: list[str] = Field(
+        default_factory=list, description="Allow-listed compiler flags, as in /run_code.")
     memory_limit_MB: int = Field(-1, description="Memory cap of each test in MiB; -1: the language's default.")
     files: dict[str, str | None] = Field(
         default_factory=dict, description="Path -> base64 content, placed before compiling.")

@@ -7,6 +7,7 @@ import binascii
 import math
 import socket
 
+from ..compile_options import FlagRefused, compile_argv
 from ..config import LanguageLimits, Settings
 from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
 from ..engine.output import decode_output
@@ -69,6 +70,12 @@ def _memory(value: int, allowed: LanguageLimits) -> int:
 
 def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings) -> Job:
     spec = runtime_for(req.language, registry)
+    if req.std is not None or req.extra_compile_flags:
+        try:
+            # The spec's argv is part of the compile cache's key: each choice caches apart.
+            spec = spec.model_copy(update={"compile": compile_argv(spec, req.std, req.extra_compile_flags)})
+        except FlagRefused as exc:
+            raise InvalidRequest(str(exc)) from None
     allowed = settings.for_language(spec.language, spec.memory_mb)
     limits = Limits(
         compile_timeout_s=_timeout("compile_timeout", req.compile_timeout, allowed),
@@ -213,7 +220,8 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                              f"{settings.max_tests} per request (SANDBOX_MAX_TESTS)")
     job = build_job(RunCodeRequest(code=req.code, language=req.language, compile_timeout=req.compile_timeout,
                                    run_timeout=req.run_timeout, memory_limit_MB=req.memory_limit_MB,
-                                   files=req.files), registry, settings)
+                                   files=req.files, std=req.std,
+                                   extra_compile_flags=req.extra_compile_flags), registry, settings)
     if req.fn_name is not None:
         if job.spec.language != "python":
             raise InvalidRequest("fn_name (function-call tests) is for python programs only")

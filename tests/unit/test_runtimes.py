@@ -81,3 +81,13 @@ def test_aliases_resolve_to_their_language_and_may_not_collide(tmp_path):
     (tmp_path / "zsh.toml").write_text(spec.replace('language = "bash"', 'language = "zsh"'))
     with pytest.raises(RuntimeSpecError, match="'sh' is already"):
         RuntimeRegistry.load(tmp_path)
+
+
+def test_a_std_default_must_be_a_choice_and_in_the_compile_argv(tmp_path):
+    spec = (REPO_ROOT / "runtimes" / "cpp.toml").read_text()
+    (tmp_path / "cpp.toml").write_text(spec.replace('std_default = "c++17"', 'std_default = "c++20x"'))
+    with pytest.raises(RuntimeSpecError, match="std_default 'c\\+\\+20x' must be one of"):
+        RuntimeRegistry.load(tmp_path)
+    (tmp_path / "cpp.toml").write_text(spec.replace('"-std=gnu++17", "-O2"', '"-O2"'))
+    with pytest.raises(RuntimeSpecError, match="compile must contain std_default's flags"):
+        RuntimeRegistry.load(tmp_path)

@@ -34,6 +34,10 @@ def test_openapi_documents_run_code(client):
 @pytest.mark.parametrize("body, fragment", [
     ({"language": "cobol"}, "served languages: D_ut, R, bash, c, cpp, csharp, go, go_test, java"),
     ({"memory_limit_MB": 8192}, "ceiling of 4096 MB"),
+    ({"language": "cpp", "std": "c++98"}, "std: 'c++98' is not one of cpp's: c++17, c++20, c++23"),
+    ({"language": "cpp", "extra_compile_flags": ["-O2", "-fplugin=/tmp/p.so"]},
+     "extra_compile_flags: '-fplugin=/tmp/p.so' is not allowed"),
+    ({"extra_compile_flags": ["-O2"]}, "extra_compile_flags: python takes none"),
     ({"memory_limit_MB": 0}, "memory_limit_MB must be -1"),
     ({"memory_limit_MB": -5}, "memory_limit_MB must be -1"),
     ({"run_timeout": 0}, "run_timeout must be a positive"),
