@@ -14,7 +14,10 @@
 - **Concurrency**: at most ``max_concurrency`` calls of one client are in progress at once.
 
 A ``SandboxError`` *status* in a 200 answer is a result (the sandbox failed, the HTTP call did
-not) and is returned, unless the client was made with ``raise_on_sandbox_error=True``.
+not). When the server marks it ``retryable`` (``error_kind`` says which infrastructure failure:
+never the program's) a one-shot call is retried as above, and the last such answer is returned
+once ``max_attempts`` are spent, unless the client was made with ``raise_on_sandbox_error=True``
+(then it raises).
 
 **Sessions** (``/v1/sessions``): ``client.session(language, ...)`` returns a session object
 that creates the server-side session on ``with`` / ``async with`` (or ``open()``) and deletes it
@@ -317,6 +320,8 @@ class _Call:
             except ValueError:
                 raise SandboxServerError(status, f"not JSON: {response.text[:200]!r}",
                                          str(response.url)) from None
+            if self._worth_another_try(body):
+                return self._retry_sandbox_error(endpoint, body)
             self.pool.succeeded(endpoint)
             return body
         detail = _detail(response)
@@ -334,6 +339,21 @@ class _Call:
         if not self.request.idempotent and status not in NOTHING_DONE_STATUSES:
             raise self._outcome_unknown(endpoint, why)
         return self._retry_or_give_up(endpoint, why, True, retry_after)
+
+
+    def _worth_another_try(self, body: Any) -> bool:
+        """A SandboxError the server marks ``retryable`` (not the program's failure: a sandbox
+        that could not start, an image missing there, ...), on a call that may be repeated,
+        with attempts left. The last such answer is returned as it is."""
+        return (isinstance(body, dict) and body.get("retryable") is True
+                and self.request.idempotent and self.request.pinned is None
+                and self.attempts < self.client.max_attempts)
+
+    def _retry_sandbox_error(self, endpoint: _Endpoint, body: dict) -> _Retry:
+        why = f"SandboxError ({body.get('error_kind')}): {str(body.get('message', ''))[:200]}"
+        # The failure may be that server's (an image it lacks): prefer the others meanwhile.
+        self.pool.failed(endpoint, why, self.pool.cool_off_s)
+        return self._retry_or_give_up(endpoint, why, True, None)
 
 
 class _ClientBase:

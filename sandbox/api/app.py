@@ -138,7 +138,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     async def overloaded(request: Request, exc: Overloaded):
         # 504 is what verl retries (after 1 s, then 2 s); Retry-After says when.
         return JSONResponse(status_code=504, headers={"Retry-After": "1"},
-                            content={"detail": f"sandbox busy: {exc}; retry shortly"})
+                            content={"detail": f"sandbox busy: {exc}; retry shortly",
+                                     "error_kind": "overloaded", "retryable": True})
 
     @app.exception_handler(InvalidRequest)
     async def invalid_request(request: Request, exc: InvalidRequest):
@@ -158,7 +159,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         try:
             job = build_job(req, services.registry, services.settings)
         except LanguageUnavailable as exc:
-            return RunCodeResponse(status="SandboxError", message=str(exc), executor_pod_name=HOSTNAME)
+            return RunCodeResponse(status="SandboxError", message=str(exc), executor_pod_name=HOSTNAME,
+                                   error_kind="language_unavailable", retryable=False)
         engine_started = time.perf_counter()
         result = await services.engine.run(job)
         engine_s = time.perf_counter() - engine_started

@@ -419,7 +419,8 @@ def note_run_result(request: Request, job: Job, result: JobResult, verdict: str,
     record.limits = {"compile_timeout_s": limits.compile_timeout_s,
                      "run_timeout_s": limits.run_timeout_s, "memory_mb": limits.memory_mb}
     record.verdict, record.engine_s, record.sandbox_id = verdict, engine_s, result.sandbox_id
-    record.result_error_kind = result.error_kind or None
+    # The same kind the answer's `error_kind` carries.
+    record.result_error_kind = result.error_kind or ("backend_error" if verdict == "SandboxError" else None)
     # A step that ended in a sandbox error never ran: its 0 s would skew the histograms.
     if result.compile is not None and result.compile.status is not StepStatus.ERROR:
         record.compile_s, record.compile_cached = result.compile.wall_time_s, result.compile.cached
@@ -439,6 +440,7 @@ def note_evaluation_result(request: Request, evaluation, result, status: str,
                      "run_timeout_s": limits.run_timeout_s, "memory_mb": limits.memory_mb,
                      "tests": len(evaluation.tests)}
     record.verdict = status
+    record.result_error_kind = result.error_kind or ("backend_error" if status == "SandboxError" else None)
     record.tests = {"passed": result.passed, "total": len(result.outcomes)}
     record.engine_s, record.sandbox_id = engine_s, result.sandbox_id
     if result.compile is not None and result.compile.status is not StepStatus.ERROR:

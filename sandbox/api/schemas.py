@@ -52,6 +52,14 @@ class CommandRunResult(BaseModel):
     cached: bool = Field(False, description="Compile step reused from the compile cache (same code and files).")
 
 
+# Why a SandboxError was not the program's doing (machine-readable; README "Infrastructure
+# errors"). Every kind but language_unavailable is `retryable`: another try, later or on
+# another server, can succeed, and a trainer masks the sample instead of scoring it.
+ErrorKind = Literal["sandbox_unavailable", "image_missing", "backend_error", "checker_error",
+                    "overloaded", "language_unavailable"]
+NOT_RETRYABLE = frozenset({"language_unavailable"})
+
+
 class RunCodeResponse(BaseModel):
     status: Literal["Success", "Failed", "SandboxError"]
     message: str = ""
@@ -64,6 +72,11 @@ class RunCodeResponse(BaseModel):
     oom_killed: bool = Field(False, description="The out-of-memory killer stopped the program at its cap.")
     memory_limit_MB: int | None = Field(None, description="The memory cap applied.")
     sandbox_id: str | None = Field(None, description="Short id of the container that ran the job.")
+    error_kind: ErrorKind | None = Field(
+        None, description="With status SandboxError: which infrastructure failure it was.")
+    retryable: bool = Field(
+        False, description="The failure was not the program's and another try may succeed: "
+                           "mask the sample (or retry it), never score it.")
     session_id: str | None = Field(None, description="The session the code ran in, if any.")
     session_restarted: bool = Field(
         False, description="The session's interpreter was killed (deadline passed the interrupt, "
@@ -167,3 +180,6 @@ class EvaluateResponse(BaseModel):
     total_time: float = Field(description="Seconds the evaluation took on the server.")
     executor_pod_name: str | None = None
     sandbox_id: str | None = None
+    error_kind: ErrorKind | None = Field(
+        None, description="With status SandboxError: which infrastructure failure it was.")
+    retryable: bool = Field(False, description="As in /run_code: mask or retry, never score.")

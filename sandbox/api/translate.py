@@ -14,8 +14,8 @@ from ..engine.output import decode_output
 from ..engine.paths import MNT_FOLDER, UnsafePath, check_no_overlap, confine, needs_mnt_folder
 from ..runtimes import RuntimeRegistry
 from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, TestCase
-from .schemas import (CommandRunResult, EvaluateRequest, EvaluateResponse, RunCodeRequest,
-                      RunCodeResponse, TestCaseResult)
+from .schemas import (NOT_RETRYABLE, CommandRunResult, EvaluateRequest, EvaluateResponse,
+                      RunCodeRequest, RunCodeResponse, TestCaseResult)
 
 MIN_MEMORY_MB = 16
 HOSTNAME = socket.gethostname()
@@ -197,8 +197,11 @@ def to_response(result: JobResult, job: Job, requested_fetch: list[str]) -> RunC
         if data is not None:
             files[original] = base64.b64encode(data).decode()
     peak = result.peak_memory_bytes
+    kind = (result.error_kind or "backend_error") if status == "SandboxError" else None
     return RunCodeResponse(
         status=status,
+        error_kind=kind,
+        retryable=kind is not None and kind not in NOT_RETRYABLE,
         message=_message(result, status, job),
         compile_result=_step(result.compile),
         run_result=_step(result.run),
@@ -270,8 +273,10 @@ def to_evaluate_response(result: EvaluationResult) -> EvaluateResponse:
         stdout=decode_output(o.stdout), stderr=decode_output(o.stderr),
         stdout_truncated=o.stdout_truncated) for o in result.outcomes]
     broken = any(o.verdict is Verdict.SANDBOX_ERROR for o in result.outcomes)
+    kind = (result.error_kind or "backend_error") if broken else None
     return EvaluateResponse(
         status="SandboxError" if broken else "Finished",
+        error_kind=kind, retryable=kind is not None and kind not in NOT_RETRYABLE,
         accepted=result.accepted, passed=result.passed, total=len(result.outcomes),
         verl_results=[o.verdict.verl_code for o in result.outcomes],
         message=result.message, compile_result=_step(result.compile),

@@ -99,6 +99,7 @@ class Judge:
         except BackendError as exc:
             log.warning("evaluation failed in the sandbox (%s): %s", job.spec.language, exc)
             result.message = str(exc)
+            result.error_kind = result.error_kind or exc.kind
             done = len(outcomes)
             outcomes += [TestOutcome(i, Verdict.SANDBOX_ERROR, str(exc)) for i in range(done, len(ev.tests))]
         # Tests that ran cleanly before any failure above still get the checker's verdict.
@@ -204,6 +205,7 @@ class Judge:
                         f": {_decode(step.stderr or step.stdout)[-500:]}" if step else "")
                     for outcome in pending:
                         outcome.verdict, outcome.message = Verdict.SANDBOX_ERROR, why
+                    result.error_kind = result.error_kind or "checker_error"
                     return
                 argv = [*checker.job.spec.run, *(f"/tmp/judge/{name}" for name in CHECKER_FILES)]
                 for outcome in pending:
@@ -213,6 +215,8 @@ class Judge:
                     check = await program.run_test(b"", checker.run_timeout_s, 64 << 10,
                                                    argv=argv, files=files)
                     said = _decode((check.stdout + check.stderr)[:ev.preview_bytes]).strip()
+                    if check.timed_out or check.signal:
+                        result.error_kind = result.error_kind or "checker_error"
                     if check.timed_out:
                         outcome.verdict = Verdict.SANDBOX_ERROR
                         outcome.message = f"the checker timed out after {checker.run_timeout_s:g} s"
@@ -224,6 +228,7 @@ class Judge:
                     else:
                         outcome.verdict, outcome.message = Verdict.WRONG_ANSWER, said
         except BackendError as exc:
+            result.error_kind = result.error_kind or exc.kind
             for outcome in pending:
                 outcome.verdict, outcome.message = Verdict.SANDBOX_ERROR, f"checker: {exc}"
 

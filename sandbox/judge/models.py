@@ -89,6 +89,7 @@ class EvaluationResult:
     message: str = ""
     total_time_s: float = 0.0
     checker_compile: StepResult | None = field(default=None)
+    error_kind: str = ""  # of the first sandbox_error verdict (api ErrorKind)
 
     @property
     def passed(self) -> int:

@@ -28,6 +28,7 @@ def test_busy_server_answers_504_then_recovers(docker_ready, tmp_path):
             assert busy.status_code == 504
             assert busy.headers["Retry-After"] == "1"
             assert "busy" in busy.json()["detail"]
+            assert busy.json()["error_kind"] == "overloaded" and busy.json()["retryable"] is True
             assert slow.result().json()["run_result"]["stdout"] == "slept\n"
         ok = post("print('hi')")
         assert ok.status_code == 200 and ok.json()["run_result"]["stdout"] == "hi\n"

@@ -134,6 +134,9 @@ def test_checker_crash_is_a_sandbox_error_not_a_verdict(evaluate):
                       checker={"language": "python", "code": "import os\nos.kill(os.getpid(), 9)"})
     assert verdicts(result) == ["sandbox_error"] and result["status"] == "SandboxError"
     assert result["verl_results"] == [-1]
+    assert result["error_kind"] == "checker_error" and result["retryable"] is True
+    accepted = evaluate("print(1)", "python", [{"expected_output": "1"}])
+    assert accepted["error_kind"] is None and accepted["retryable"] is False
 
 
 def test_function_call_tests(evaluate):

@@ -79,6 +79,8 @@ def test_container_killed_from_outside(docker_ready, tmp_path):
             client.close()
         assert result["status"] in ("Failed", "SandboxError")
         assert result["run_result"]["status"] != "TimeLimitExceeded"
+        if result["status"] == "SandboxError":  # killed from outside: never the program's verdict
+            assert result["retryable"] is True and result["error_kind"] == "backend_error", result
         # A dead warm container is noticed and replaced, not handed to the next request.
         assert requests.post(f"{url}/run_code", json={"code": "print(2)", "language": "python"},
                              timeout=30).json()["run_result"]["stdout"] == "2\n"
@@ -98,6 +100,7 @@ def test_missing_image_makes_readyz_say_so_and_requests_fail_clearly(docker_read
                                timeout=30).json()
         assert result["status"] == "SandboxError"
         assert "make images" in result["message"]
+        assert result["error_kind"] == "image_missing" and result["retryable"] is True
         assert requests.post(f"{url}/run_code", json={"code": "print(3)", "language": "python"},
                              timeout=30).json()["run_result"]["stdout"] == "3\n"
     with running_server(tmp_path) as url:
@@ -175,9 +178,11 @@ def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
             cut = in_flight.result()
         # The run in flight ends no later than its own deadline, as a sandbox error.
         assert cut["status"] == "SandboxError" and time.monotonic() - started < 10
+        assert cut["retryable"] is True and cut["error_kind"] in ("backend_error", "sandbox_unavailable")
         started = time.monotonic()
         refused = post("print(2)")
         assert refused["status"] == "SandboxError" and "Docker" in refused["message"]
+        assert refused["retryable"] is True and refused["error_kind"] == "sandbox_unavailable", refused
         assert time.monotonic() - started < 5
         assert requests.get(f"{url}/readyz", timeout=10).status_code == 503
         proxy.start()
@@ -218,6 +223,7 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
         started = time.monotonic()
         failed = post("print(2)")
         assert failed["status"] == "SandboxError" and "unavailable" in failed["message"]
+        assert failed["error_kind"] == "sandbox_unavailable" and failed["retryable"] is True
         assert time.monotonic() - started < 5
         broken.unlink()
         assert post("print(3)")["run_result"]["stdout"] == "3\n"
@@ -257,8 +263,10 @@ def test_full_disk_gives_a_clear_error_and_the_server_recovers(docker_ready, tmp
             full = post("print(2)")
             assert full.status_code == 200 and full.json()["status"] == "SandboxError"
             assert "No space left on device" in full.json()["message"]
+            assert full.json()["retryable"] is True and full.json()["error_kind"] is not None
             judged = post("print(2)", "/v1/evaluate", tests=[{"expected_output": "2"}])
             assert judged.status_code == 200 and judged.json()["status"] == "SandboxError"
+            assert judged.json()["retryable"] is True and judged.json()["error_kind"] is not None
             assert requests.get(f"{url}/v1/ping", timeout=5).json() == "pong"
             (disk / "filler").unlink()
             assert post("print(3)").json()["run_result"]["stdout"] == "3\n"

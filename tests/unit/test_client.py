@@ -277,6 +277,31 @@ def test_sandbox_error_is_returned_unless_asked_to_raise(scripted):
     assert len(server.received) == 2  # a result, not a failure: never retried
 
 
+def test_a_retryable_sandbox_error_is_retried_then_returned(scripted):
+    # The server says the failure was not the program's (an image it lacks, a sandbox that
+    # did not start): the call is tried again, on another endpoint first.
+    flaky = {**OK_BODY, "status": "SandboxError", "message": "image sandbox-sql:1 is not built",
+             "run_result": None, "error_kind": "image_missing", "retryable": True}
+    lacking, healthy = scripted(default=(200, flaky, {}, 0)), scripted()
+    with SandboxClient([lacking.url, healthy.url], **FAST) as client:
+        results = [client.run_code("print('hi')", "python") for _ in range(3)]
+    assert [r.status for r in results] == ["Success"] * 3
+    assert len(lacking.received) == 1  # failed once, then left alone for its cool-off
+    # Everywhere the same: after max_attempts the last SandboxError comes back (verl: -1).
+    server = scripted(default=(200, flaky, {}, 0))
+    with SandboxClient(server.url, max_attempts=3, **FAST) as client:
+        result = client.run_code("print('hi')", "python")
+    assert result.status == "SandboxError" and result.error_kind == "image_missing"
+    assert result.retryable is True and len(server.received) == 3
+    # evaluate answers too.
+    server = scripted((200, {"status": "SandboxError", "retryable": True,
+                             "error_kind": "sandbox_unavailable"}, {}, 0),
+                      default=(200, {"status": "Finished", "accepted": True}, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        assert client.evaluate({"code": "x", "language": "python", "tests": []})["accepted"] is True
+    assert len(server.received) == 2
+
+
 def test_a_200_that_is_not_a_run_code_answer_raises_a_client_error(scripted):
     server = scripted((200, {"hello": "world"}, {}, 0))
     with SandboxClient(server.url) as client, pytest.raises(SandboxServerError, match="status"):

@@ -160,6 +160,8 @@ def test_an_id_without_a_toolchain_answers_a_sandbox_error_that_says_why(client,
     assert body["status"] == "SandboxError"
     assert f"language {language!r} cannot run on this server: " in body["message"]
     assert body["run_result"] is None and body["compile_result"] is None
+    # Not the program's failure, and no retry will help: masked, not retried.
+    assert body["error_kind"] == "language_unavailable" and body["retryable"] is False
     response = client.post("/v1/evaluate", json={"language": language, "code": "x",
                                                   "tests": [{"stdin": "", "expected_output": ""}]})
     assert response.status_code == 422
