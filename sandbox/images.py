@@ -221,7 +221,8 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
         say(f"(oci backend not smoke-tested: {exc})")
     failures: dict[str, str] = {}
     for backend in backends:
-        engine = Engine(backend, max_concurrency=2)
+        # Every smoke test is queued at once: none may time out waiting for its turn.
+        engine = Engine(backend, max_concurrency=2, queue_timeout_s=3600)
         label = getattr(backend, "description", backend.name)
 
         async def probe(spec: RuntimeSpec) -> None:
