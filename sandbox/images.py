@@ -267,7 +267,7 @@ def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec]
     for spec in specs:
         if not spec.buildable:
             say(f"[{spec.language}] no image: {spec.unavailable}")
-    return list(dict.fromkeys(spec for spec in specs if spec.buildable))
+    return list({spec.language: spec for spec in specs if spec.buildable}.values())
 
 
 def by_image(specs: Iterable[RuntimeSpec]) -> dict[str, list[RuntimeSpec]]:

@@ -29,3 +29,15 @@ def test_any_change_to_what_the_image_is_built_from_changes_the_digest(tmp_path)
     (tmp_path / "extra").write_text("")
     seen.add(context_digest(tmp_path, "sha256:a"))          # a new (empty) file
     assert len(seen) == 6
+
+
+def test_the_specs_a_build_takes_every_runnable_id_once(capsys):
+    from sandbox.config import Settings
+    from sandbox.images import _specs, by_image
+
+    specs = _specs(None, Settings())
+    languages = [spec.language for spec in specs]
+    assert len(languages) == len(set(languages)) and "cpp" in languages and "julia" not in languages
+    assert "[julia] no image:" in capsys.readouterr().out
+    assert [s.language for s in _specs(["c++", "cpp", "c"], Settings())] == ["cpp", "c"]
+    assert {s.language for s in by_image(specs)["sandbox-java:1"]} == {"java", "junit", "scala", "kotlin_script"}

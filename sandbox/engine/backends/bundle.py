@@ -46,8 +46,11 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
             "cwd": WORKDIR,
             "noNewPrivileges": True,
             "capabilities": {},
+            # The stack may grow to the memory cap (judges run C++ with a large stack: a deep
+            # recursion is the program's right); the cgroup still caps what it really uses.
             "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
-                        {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096}],
+                        {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096},
+                        {"type": "RLIMIT_STACK", "hard": memory, "soft": memory}],
             "oomScoreAdj": 1000,
         },
         "root": {"path": str(rootfs), "readonly": True},

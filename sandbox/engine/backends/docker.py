@@ -394,7 +394,9 @@ class DockerBackend:
             # The same filter as the oci backend: Docker's default, minus io_uring and ptrace.
             security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE_JSON}"],
             init=True,  # reaps zombies; lets a runtime that aborts get its own signal
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            # The stack may grow to the memory cap, as in the OCI backend (bundle.py).
+            ulimits=[Ulimit(name="core", soft=0, hard=0),
+                     Ulimit(name="stack", soft=limits.memory_mb << 20, hard=limits.memory_mb << 20)],
             log_config=LogConfig(type=LogConfig.types.NONE),
             shm_size="16m",
         )
