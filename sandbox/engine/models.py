@@ -30,6 +30,13 @@ class Limits:
     network: bool = False
 
 
+def stack_limit_bytes(memory_mb: int) -> int:
+    """RLIMIT_STACK of a sandbox: large, as contest judges allow (Codeforces: 256 MB; a deep
+    recursion is the program's right), but at most half the memory cap: Ruby sizes its own
+    stacks from the limit and was OOM-killed at start with limit = cap."""
+    return min(256, memory_mb // 2) << 20
+
+
 @dataclass(frozen=True)
 class Job:
     spec: RuntimeSpec

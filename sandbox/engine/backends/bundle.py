@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from ..models import Limits
+from ..models import Limits, stack_limit_bytes
 from .base import SANDBOX_UID, WORKDIR
 from .seccomp import SECCOMP_PROFILE
 
@@ -28,6 +28,7 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     ``extra_mounts``: more bind mounts (a session's control folder)."""
     limits = limits
     memory = limits.memory_mb * 1024 * 1024
+    stack = stack_limit_bytes(limits.memory_mb)
     size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
     memory_limits: dict = {"limit": memory}
     if swap_accounting:
@@ -46,11 +47,9 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
             "cwd": WORKDIR,
             "noNewPrivileges": True,
             "capabilities": {},
-            # The stack may grow to the memory cap (judges run C++ with a large stack: a deep
-            # recursion is the program's right); the cgroup still caps what it really uses.
             "rlimits": [{"type": "RLIMIT_CORE", "hard": 0, "soft": 0},
                         {"type": "RLIMIT_NOFILE", "hard": 4096, "soft": 4096},
-                        {"type": "RLIMIT_STACK", "hard": memory, "soft": memory}],
+                        {"type": "RLIMIT_STACK", "hard": stack, "soft": stack}],
             "oomScoreAdj": 1000,
         },
         "root": {"path": str(rootfs), "readonly": True},

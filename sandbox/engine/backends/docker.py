@@ -25,7 +25,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
-from ..models import Limits, StepResult, StepStatus
+from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
 from ..output import CappedBuffer
 from .. import tarball
 from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
@@ -394,9 +394,9 @@ class DockerBackend:
             # The same filter as the oci backend: Docker's default, minus io_uring and ptrace.
             security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE_JSON}"],
             init=True,  # reaps zombies; lets a runtime that aborts get its own signal
-            # The stack may grow to the memory cap, as in the OCI backend (bundle.py).
             ulimits=[Ulimit(name="core", soft=0, hard=0),
-                     Ulimit(name="stack", soft=limits.memory_mb << 20, hard=limits.memory_mb << 20)],
+                     Ulimit(name="stack", soft=stack_limit_bytes(limits.memory_mb),
+                            hard=stack_limit_bytes(limits.memory_mb))],
             log_config=LogConfig(type=LogConfig.types.NONE),
             shm_size="16m",
         )
