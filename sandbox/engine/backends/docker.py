@@ -404,7 +404,9 @@ class DockerBackend:
             container = api.create_container(
                 image, command=["sleep", "infinity"], user=f"{SANDBOX_UID}:{SANDBOX_UID}",
                 working_dir=WORKDIR, hostname="sandbox", environment={"HOME": "/tmp"},
-                labels=self._labels(), network_disabled=not limits.network,
+                # No network is network_mode "none" (a namespace with only loopback), not
+                # network_disabled: that also skips /etc/hosts, and `localhost` must resolve.
+                labels=self._labels(),
                 name=f"sandbox-{uuid.uuid4().hex[:12]}", host_config=host_config)
         except docker.errors.ImageNotFound:
             raise ImageMissing(image) from None
