@@ -11,7 +11,7 @@ class RunCodeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
-    language: str = Field(description="python, cpp, java, nodejs, go, rust, sql or bash.", examples=["python"])
+    language: str = Field(description="A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an alias (py, js, ts, c++, sh).", examples=["python"])
     stdin: str | None = Field(None, description="Fed to the run step; null and \"\" both mean empty.",
                               examples=["olleh"])
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
@@ -115,7 +115,7 @@ class EvaluateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="The program text.")
-    language: str = Field(description="python, cpp, java, nodejs, go, rust, sql or bash.")
+    language: str = Field(description="A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an alias (py, js, ts, c++, sh).")
     tests: list[TestCaseIn] = Field(min_length=1, description="The test cases, run in order.")
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
     run_timeout: float = Field(10, description="Wall-clock limit of each test, seconds.")
