@@ -7,11 +7,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+LANGUAGE_FIELD = ("A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an "
+                  "alias (py, js, ts, c++, sh).")
+
+
 class RunCodeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
-    language: str = Field(description="A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an alias (py, js, ts, c++, sh).", examples=["python"])
+    language: str = Field(description=LANGUAGE_FIELD, examples=["python"])
     stdin: str | None = Field(None, description="Fed to the run step; null and \"\" both mean empty.",
                               examples=["olleh"])
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
@@ -115,7 +119,7 @@ class EvaluateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="The program text.")
-    language: str = Field(description="A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an alias (py, js, ts, c++, sh).")
+    language: str = Field(description=LANGUAGE_FIELD)
     tests: list[TestCaseIn] = Field(min_length=1, description="The test cases, run in order.")
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
     run_timeout: float = Field(10, description="Wall-clock limit of each test, seconds.")
