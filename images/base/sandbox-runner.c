@@ -5,7 +5,8 @@
  * program's reach; the Docker backend: stdin/stdout of a `docker exec`). For each test the
  * server sends
  *
- *     RUN <timeout_ms> <output_limit> <argc> <nfiles> <stdin_len> <zygote_argc>\n
+ *     RUN <timeout_ms> <output_limit> <argc> <nfiles> <stdin_len> <zygote_argc> [<piped>]\n
+ *     (piped = 1: one byte carrying two file descriptors, SCM_RIGHTS: the test's stdin, stdout)
  *     argc x  <len>\n<arg bytes>
  *     zygote_argc x <len>\n<arg bytes>
  *     nfiles x <len>\n<name> <len>\n<content>      (written to /tmp/judge/<name>)
@@ -15,6 +16,11 @@
  *
  *     DONE <exit|signal> <n> <timed_out 0|1> <wall_us> <cpu_us> <maxrss_kb> <out_len> <err_len>\n
  *     <stdout bytes><stderr bytes>
+ *
+ * A piped test (an interactive problem: the program and its interactor, each in its own
+ * sandbox, talk through two pipes the server made) reads and writes those pipes instead: it
+ * gets no stdin bytes and its stdout is not reported (out_len 0). The runner keeps no copy of
+ * either end once the test has them, so the peer sees end-of-file when the test exits.
  *
  * `END\n` (or the channel closing) ends the runner. Each test is its own process with its own
  * deadline; stdin, stdout and stderr are anonymous in-memory files (no name another test or
@@ -121,6 +127,32 @@ static int read_length(unsigned long max, unsigned long *out) {
     if (read_line(line, sizeof line) < 0) return -1;
     *out = strtoul(line, &end, 10);
     return (*end != '\0' || end == line || *out > max) ? -1 : 0;
+}
+
+/* The byte that carries a piped test's stdin and stdout (exactly two descriptors). */
+static int receive_pipes(int *in, int *out) {
+    char byte;
+    int fds[2];
+    char control[CMSG_SPACE(sizeof fds)];
+    memset(control, 0, sizeof control);
+    struct iovec iov = {&byte, 1};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t got;
+    do {
+        got = recvmsg(chan_in, &msg, MSG_CMSG_CLOEXEC);
+    } while (got < 0 && errno == EINTR);
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    if (got != 1 || (msg.msg_flags & MSG_CTRUNC) || !cmsg || cmsg->cmsg_level != SOL_SOCKET ||
+        cmsg->cmsg_type != SCM_RIGHTS || cmsg->cmsg_len != CMSG_LEN(sizeof fds))
+        return -1;
+    memcpy(fds, CMSG_DATA(cmsg), sizeof fds);
+    *in = fds[0];
+    *out = fds[1];
+    return 0;
 }
 
 static int anonymous_file(const char *name) {
@@ -342,17 +374,25 @@ struct outcome {
     long cpu_us, maxrss_kb;
 };
 
+/* A piped test's peer must see end-of-file when the test exits: keep no copy of its pipes. */
+static void hand_over(int *in, int *out) {
+    close(*in);
+    close(*out);
+    *in = *out = -1;
+}
+
 /* fork + exec the test; wait for it until the deadline. */
-static void run_exec(char **args, unsigned long timeout_ms, unsigned long output_limit, int in,
-                     int out, int err, const struct timespec *started, struct outcome *o) {
+static void run_exec(char **args, unsigned long timeout_ms, unsigned long output_limit, int *in,
+                     int *out, int err, int piped, const struct timespec *started,
+                     struct outcome *o) {
     pid_t child = fork();
     if (child == 0) {
         sigset_t none;
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
-        dup2(in, 0);
-        dup2(out, 1);
+        dup2(*in, 0);
+        dup2(*out, 1);
         dup2(err, 2);
         /* Only 0, 1 and 2 survive exec: everything else here is close-on-exec. */
         struct rlimit cap = {output_limit + 1, output_limit + 1};
@@ -361,6 +401,7 @@ static void run_exec(char **args, unsigned long timeout_ms, unsigned long output
         dprintf(2, "sandbox-runner: cannot run %s: %s\n", args[0], strerror(errno));
         _exit(127);
     }
+    if (piped) hand_over(in, out);
     if (child < 0) {
         o->number = 127;
         dprintf(err, "sandbox-runner: cannot start the test: %s\n", strerror(errno));
@@ -404,24 +445,27 @@ static void run_exec(char **args, unsigned long timeout_ms, unsigned long output
 
 /* The same through the zygote, started (again) when needed. */
 static void run_in_zygote(char **args, char **zargs, unsigned long timeout_ms,
-                          unsigned long output_limit, int in, int out, int err,
+                          unsigned long output_limit, int *in, int *out, int err, int piped,
                           const struct timespec *started, struct outcome *o) {
     if (zygote_pid == 0 && start_zygote(zargs) < 0) {
+        if (piped) hand_over(in, out);
         o->number = 127;
         dprintf(err, "sandbox-runner: cannot start the zygote: %s\n", strerror(errno));
         return;
     }
-    if (send_to_zygote(args, output_limit, in, out, err) < 0) {
+    if (send_to_zygote(args, output_limit, *in, *out, err) < 0) {
         /* It died since the last test (a test may kill it): one fresh start. */
         kill(zygote_pid, SIGKILL);
         forget_zygote();
         kill_all();
-        if (start_zygote(zargs) < 0 || send_to_zygote(args, output_limit, in, out, err) < 0) {
+        if (start_zygote(zargs) < 0 || send_to_zygote(args, output_limit, *in, *out, err) < 0) {
+            if (piped) hand_over(in, out);
             o->number = 127;
             dprintf(err, "sandbox-runner: the zygote does not answer\n");
             return;
         }
     }
+    if (piped) hand_over(in, out);
     char line[160];
     long left_ms = (long)timeout_ms - elapsed_us(started) / 1000;
     int got = zygote_report(left_ms > 0 ? left_ms : 0, line, sizeof line);
@@ -462,15 +506,19 @@ static int read_args(unsigned long count, char **args) {
 }
 
 static int run_test(const char *header) {
-    unsigned long timeout_ms, output_limit, argc, nfiles, stdin_len, zargc;
-    if (sscanf(header, "RUN %lu %lu %lu %lu %lu %lu", &timeout_ms, &output_limit, &argc, &nfiles,
-               &stdin_len, &zargc) != 6 || argc < 1 || argc > MAX_ARGS || nfiles > MAX_FILES ||
-        zargc > MAX_ARGS)
+    unsigned long timeout_ms, output_limit, argc, nfiles, stdin_len, zargc, piped = 0;
+    int fields = sscanf(header, "RUN %lu %lu %lu %lu %lu %lu %lu", &timeout_ms, &output_limit,
+                        &argc, &nfiles, &stdin_len, &zargc, &piped);
+    if ((fields != 6 && fields != 7) || argc < 1 || argc > MAX_ARGS || nfiles > MAX_FILES ||
+        zargc > MAX_ARGS || piped > 1 || (piped && stdin_len))
         return -1;
+    int pipe_in = -1, pipe_out = -1;
+    if (piped && receive_pipes(&pipe_in, &pipe_out) < 0) return -1;
     char *args[MAX_ARGS + 1] = {0}, *zargs[MAX_ARGS + 1] = {0};
     if (read_args(argc, args) < 0 || read_args(zargc, zargs) < 0) {
         free_args(args);
         free_args(zargs);
+        if (piped) hand_over(&pipe_in, &pipe_out);
         return -1;
     }
 
@@ -487,6 +535,7 @@ static int run_test(const char *header) {
             read_length(~0UL, &size) < 0) {
             free_args(args);
             free_args(zargs);
+            if (piped) hand_over(&pipe_in, &pipe_out);
             return -1;
         }
         int fd = -1;
@@ -499,15 +548,18 @@ static int run_test(const char *header) {
         if (copied == -1) {
             free_args(args);
             free_args(zargs);
+            if (piped) hand_over(&pipe_in, &pipe_out);
             return -1;
         }
         if (copied != 0) files_ok = 0;
     }
 
-    int in = anonymous_file("stdin"), out = anonymous_file("stdout"), err = anonymous_file("stderr");
+    int in = piped ? pipe_in : anonymous_file("stdin");
+    int out = piped ? pipe_out : anonymous_file("stdout");
+    int err = anonymous_file("stderr");
     /* Append-only, like the pipes programs expect: a memfd's file position is not updated
      * atomically, so two threads printing at once would overwrite each other's output. */
-    if (out >= 0) fcntl(out, F_SETFL, O_APPEND);
+    if (out >= 0 && !piped) fcntl(out, F_SETFL, O_APPEND);
     if (err >= 0) fcntl(err, F_SETFL, O_APPEND);
     int stdin_copied = channel_to_fd(in, stdin_len);
     if (stdin_copied == -1) {
@@ -515,7 +567,7 @@ static int run_test(const char *header) {
         free_args(zargs);
         return -1;
     }
-    if (in >= 0) lseek(in, 0, SEEK_SET);
+    if (in >= 0 && !piped) lseek(in, 0, SEEK_SET);
 
     struct timespec started;
     clock_gettime(CLOCK_MONOTONIC, &started);
@@ -523,10 +575,11 @@ static int run_test(const char *header) {
     if (in < 0 || out < 0 || err < 0 || !files_ok || stdin_copied) {
         o.number = 127; /* could not set the test up */
         if (err >= 0) dprintf(err, "sandbox-runner: cannot set the test up: %s\n", strerror(errno));
+        if (piped) hand_over(&in, &out);
     } else if (zargc > 0) {
-        run_in_zygote(args, zargs, timeout_ms, output_limit, in, out, err, &started, &o);
+        run_in_zygote(args, zargs, timeout_ms, output_limit, &in, &out, err, (int)piped, &started, &o);
     } else {
-        run_exec(args, timeout_ms, output_limit, in, out, err, &started, &o);
+        run_exec(args, timeout_ms, output_limit, &in, &out, err, (int)piped, &started, &o);
     }
     free_args(args);
     free_args(zargs);
@@ -534,7 +587,7 @@ static int run_test(const char *header) {
     kill_all();
 
     struct stat out_st = {0}, err_st = {0};
-    if (out >= 0) fstat(out, &out_st);
+    if (out >= 0 && !piped) fstat(out, &out_st);
     if (err >= 0) fstat(err, &err_st);
     off_t out_len = out_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : out_st.st_size;
     off_t err_len = err_st.st_size > (off_t)output_limit + 1 ? (off_t)output_limit + 1 : err_st.st_size;

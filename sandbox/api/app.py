@@ -182,6 +182,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     async def evaluate(req: EvaluateRequest, services: ServicesDep, request: Request) -> EvaluateResponse:
         note_run_request(request, req)
         evaluation = build_evaluation(req, services.registry, services.settings)
+        if evaluation.interactor is not None and services.engine.backend.name != "oci":
+            # The two sides' pipes travel to their runners as file descriptors.
+            raise InvalidRequest(f"interactive problems need the oci backend; this server runs "
+                                 f"the {services.engine.backend.name} backend (SANDBOX_BACKEND)")
         started = time.perf_counter()
         result = await services.judge.evaluate(evaluation)
         body = to_evaluate_response(result)

@@ -112,6 +112,21 @@ class CheckerIn(BaseModel):
     run_timeout: float = Field(10, description="Wall-clock limit of each check, seconds.")
 
 
+class InteractorIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    language: str = Field(description="Any served language (compiled once per request).")
+    code: str = Field(description="Talks with the program through its stdin and stdout; gets the "
+                                  "paths of the test's input, an output file and, when the test "
+                                  "has `expected_output`, the answer (testlib's interactor order). "
+                                  "Exit 0 accepts, 1 wrong answer, 2 presentation error, "
+                                  "3 judge failure; what it writes to stderr is the message.")
+    files: dict[str, str | None] = Field(default_factory=dict, description="Base64 files for the interactor.")
+    run_timeout: float = Field(
+        5, description="How long the interactor may run after the program's `run_timeout` "
+                       "(seconds): one still running then is a sandbox_error.")
+
+
 CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]
 
 
@@ -140,6 +155,9 @@ class EvaluateRequest(BaseModel):
     rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance of `float` comparisons.")
     abs_tol: float = Field(1e-6, ge=0, description="Absolute tolerance of `float` comparisons.")
     checker: CheckerIn | None = Field(None, description="A program that decides each test instead of `compare`.")
+    interactor: InteractorIn | None = Field(
+        None, description="Interactive problem: a program the submission talks with, in a "
+                          "sandbox of its own, that decides each test (oci backend).")
     stop_on_first_failure: bool = Field(
         False, description="Stop at the first test that does not pass; the rest are `skipped`.")
     total_timeout: float | None = Field(
@@ -180,6 +198,7 @@ class EvaluateResponse(BaseModel):
     message: str = ""
     compile_result: CommandRunResult | None = None
     checker_compile_result: CommandRunResult | None = None
+    interactor_compile_result: CommandRunResult | None = None
     tests: list[TestCaseResult]
     total_time: float = Field(description="Seconds the evaluation took on the server.")
     executor_pod_name: str | None = None

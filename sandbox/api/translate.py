@@ -13,7 +13,7 @@ from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
 from ..engine.output import decode_output
 from ..engine.paths import MNT_FOLDER, UnsafePath, check_no_overlap, confine, needs_mnt_folder
 from ..runtimes import RuntimeRegistry
-from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, TestCase
+from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, Interactor, TestCase
 from .schemas import (NOT_RETRYABLE, CommandRunResult, EvaluateRequest, EvaluateResponse,
                       RunCodeRequest, RunCodeResponse, TestCaseResult)
 
@@ -248,11 +248,25 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                                                run_timeout=req.checker.run_timeout,
                                                files=req.checker.files), registry, settings)
         checker = Checker(checker_job, checker_job.limits.run_timeout_s)
+    interactor = None
+    if req.interactor is not None:
+        if checker is not None or req.fn_name is not None or any(t.assert_code is not None for t in req.tests):
+            raise InvalidRequest("an interactive problem's interactor decides each test: it cannot "
+                                 "be combined with checker, fn_name or assert_code")
+        extra = req.interactor.run_timeout
+        if not math.isfinite(extra) or extra < 0 or extra > settings.max_timeout_s:
+            raise InvalidRequest(f"interactor.run_timeout must be between 0 and "
+                                 f"{settings.max_timeout_s:g} seconds, got {extra}")
+        interactor_job = build_job(RunCodeRequest(code=req.interactor.code, language=req.interactor.language,
+                                                  compile_timeout=req.compile_timeout,
+                                                  run_timeout=req.run_timeout + extra,
+                                                  files=req.interactor.files), registry, settings)
+        interactor = Interactor(interactor_job, extra)
     tests = tuple(TestCase(stdin=t.stdin.encode(), expected_output=t.expected_output,
                            assert_code=t.assert_code) for t in req.tests)
     return Evaluation(job=job, tests=tests,
                       comparison=Comparison(CompareMode(req.compare), req.rel_tol, req.abs_tol),
-                      checker=checker, fn_name=req.fn_name,
+                      checker=checker, interactor=interactor, fn_name=req.fn_name,
                       stop_on_first_failure=req.stop_on_first_failure,
                       # One request cannot hold a sandbox for tests x run_timeout unbounded.
                       total_timeout_s=req.total_timeout or settings.max_evaluation_s,
@@ -280,6 +294,7 @@ def to_evaluate_response(result: EvaluationResult) -> EvaluateResponse:
         accepted=result.accepted, passed=result.passed, total=len(result.outcomes),
         verl_results=[o.verdict.verl_code for o in result.outcomes],
         message=result.message, compile_result=_step(result.compile),
-        checker_compile_result=_step(result.checker_compile), tests=tests,
+        checker_compile_result=_step(result.checker_compile),
+        interactor_compile_result=_step(result.interactor_compile), tests=tests,
         total_time=round(result.total_time_s, 6), executor_pod_name=HOSTNAME,
         sandbox_id=result.sandbox_id)

@@ -9,6 +9,7 @@ returned.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -95,16 +96,20 @@ class Engine:
             self._gate.release()
 
     @asynccontextmanager
-    async def test_session(self, job: Job, budget_s: float) -> AsyncIterator["PreparedProgram"]:
+    async def test_session(self, job: Job, budget_s: float,
+                           take_slot: bool = True) -> AsyncIterator["PreparedProgram"]:
         """Compile ``job``'s program once (or replay it from the compile cache) in a fresh
         sandbox and yield it ready to run test after test; ``budget_s`` bounds the session.
+        ``take_slot=False``: a sandbox that serves one already holding a slot (an
+        interactor beside its program), not counted again.
 
         The sandbox, its slot and everything in it are gone when the block ends."""
         async with self._compile_claim(job) as claim:
             if claim.known_error:
                 yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
-            async with self.slot(), self._open(job) as box:
+            slot = self.slot() if take_slot else contextlib.nullcontext()
+            async with slot, self._open(job) as box:
                 result = JobResult(sandbox_id=box.id[:12])
                 ok, claim.entry = await self._prepare(box, job, result, claim.cached, claim.owner)
                 if not ok:
@@ -256,14 +261,16 @@ class PreparedProgram:
 
     async def run_test(self, stdin: bytes, timeout_s: float, output_limit: int,
                        argv: Sequence[str] | None = None,
-                       files: dict[str, bytes] | None = None) -> TestRun:
+                       files: dict[str, bytes] | None = None,
+                       pipes: tuple[int, int] | None = None) -> TestRun:
+        """One test; with ``pipes`` (given away) as its stdin and stdout (TestSession.run)."""
         if self.session is None:
             raise RuntimeError("the program did not compile")
         spec = self.job.spec
         argv = list(argv or spec.run)
         # A warmed interpreter stands in for the runtime's own one (same argv[0]).
         zygote = spec.zygote if spec.zygote and argv[0] == spec.run[0] else ()
-        return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote)
+        return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes)
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

@@ -18,6 +18,7 @@ from ..engine.models import StepStatus
 from ..engine.runner_protocol import TestRun
 from .compare import compare_call_result, compare_output
 from .harness import assert_program, function_call_program
+from .interactive import InteractiveJudge
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
 
 log = logging.getLogger(__name__)
@@ -36,10 +37,14 @@ def _decode(data: bytes) -> str:
 class Judge:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.interactive = InteractiveJudge(engine, self)
 
     async def evaluate(self, evaluation: Evaluation) -> EvaluationResult:
         started = time.monotonic()
-        result = await self._evaluate(evaluation, started)
+        if evaluation.interactor is not None:
+            result = await self.interactive.evaluate(evaluation, started)
+        else:
+            result = await self._evaluate(evaluation, started)
         result.total_time_s = time.monotonic() - started
         return result
 

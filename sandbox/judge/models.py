@@ -55,11 +55,23 @@ class Checker:
 
 
 @dataclass(frozen=True)
+class Interactor:
+    """A program that talks with the submission through its stdin and stdout, in a sandbox
+    of its own, and decides the test by its exit code (testlib's: 0 accepted, 1 wrong
+    answer, 2 presentation error, 3 judge failure). It gets the paths of the test's input,
+    of an output file of its own and, when the test has one, of the expected answer."""
+
+    job: Job                  # its code, language and limits
+    extra_time_s: float       # how long it may run after the program's time limit
+
+
+@dataclass(frozen=True)
 class Evaluation:
     job: Job                           # the submission; job.limits.run_timeout_s is per test
     tests: tuple[TestCase, ...]
     comparison: Comparison = Comparison()
     checker: Checker | None = None
+    interactor: Interactor | None = None
     fn_name: str | None = None
     stop_on_first_failure: bool = False
     total_timeout_s: float | None = None
@@ -89,6 +101,7 @@ class EvaluationResult:
     message: str = ""
     total_time_s: float = 0.0
     checker_compile: StepResult | None = field(default=None)
+    interactor_compile: StepResult | None = field(default=None)
     error_kind: str = ""  # of the first sandbox_error verdict (api ErrorKind)
 
     @property

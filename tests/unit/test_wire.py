@@ -141,6 +141,13 @@ def test_evaluate_requests_that_cannot_run_get_a_422_that_says_why():
         ({"tests": []}, "tests"),
         ({"compare": "fuzzy"}, "compare"),
         ({"typo_option": 1}, "typo_option"),
+        ({"interactor": {"language": "python", "code": "x"}, "checker": {"language": "python", "code": "x"}},
+         "cannot be combined with checker"),
+        ({"interactor": {"language": "python", "code": "x", "run_timeout": -1}},
+         "interactor.run_timeout must be between 0 and"),
+        ({"interactor": {"language": "cobol", "code": "x"}}, "'cobol' is not served"),
+        # A valid interactive request, on a server with the docker backend.
+        ({"interactor": {"language": "python", "code": "x"}}, "interactive problems need the oci backend"),
     ]
     for change, expected in cases:
         # Sent as escaped JSON: lone surrogates (\ud800) can only travel that way.

@@ -70,8 +70,12 @@ class Sandbox(Protocol):
 
 class TestSession(Protocol):
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
-        """One test in its own process: its deadline, output cap and memory facts."""
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = (),
+                  pipes: tuple[int, int] | None = None) -> TestRun:
+        """One test in its own process: its deadline, output cap and memory facts. With
+        ``pipes`` (read end, write end; given away, closed by the call) as its stdin and
+        stdout instead of ``stdin`` and captured output; PipesUnsupported where the
+        backend's channel cannot carry them."""
         ...
 
 

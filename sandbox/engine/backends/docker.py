@@ -29,7 +29,7 @@ from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
 from ..output import CappedBuffer
 from .. import tarball
 from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
-from ..runner_protocol import RUNNER, RunnerGone, TestRun, finish, run_one
+from ..runner_protocol import RUNNER, PipesUnsupported, RunnerGone, TestRun, finish, run_one
 from .base import (SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxEndedByProgram,
                    SandboxUnavailable)
 from .seccomp import SECCOMP_PROFILE_JSON
@@ -203,6 +203,11 @@ class DockerExecChannel:
     async def send(self, data: bytes) -> None:
         await self._loop.sock_sendall(self._sock, data)
 
+    async def send_fds(self, fds) -> None:
+        # The daemon relays the exec's bytes; descriptors cannot cross it.
+        raise PipesUnsupported("the docker backend's test runner cannot take pipes "
+                               "(interactive problems need the oci backend)")
+
     async def _fill(self) -> None:
         data = await self._loop.sock_recv(self._sock, 1 << 16)
         if not data:
@@ -243,12 +248,14 @@ class DockerTestSession:
         return facts if facts is not None and facts.peak_bytes is not None else None
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = (),
+                  pipes: tuple[int, int] | None = None) -> TestRun:
         if self.cgroups is not None:
             await self.cgroups.begin()
         before = self._facts()
         try:
-            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote,
+                                   pipes)
         except RunnerGone as exc:
             said = self.channel.diagnostics.getvalue().decode(errors="replace").strip()[-300:]
             # Here the runner is not PID 1 and shares the program's uid: the program can kill

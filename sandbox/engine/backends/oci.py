@@ -173,7 +173,7 @@ class OciSandbox:
 
         drains = [asyncio.create_task(drain(proc.stdout)), asyncio.create_task(drain(proc.stderr))]
         reader, writer = await asyncio.open_connection(sock=ours, limit=1 << 16)
-        session = OciTestSession(StreamChannel(reader, writer), cgroups_path,
+        session = OciTestSession(StreamChannel(reader, writer, sock=ours), cgroups_path,
                                  lambda: diagnostics.getvalue().decode(errors="replace"))
         try:
             yield session
@@ -276,11 +276,13 @@ class OciTestSession:
         self._diagnostics = diagnostics
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
-                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = ()) -> TestRun:
+                  files: dict[str, bytes] | None = None, zygote: Sequence[str] = (),
+                  pipes: tuple[int, int] | None = None) -> TestRun:
         await self.cgroups.begin()
         before = self.cgroups.facts().oom_kills
         try:
-            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote)
+            result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote,
+                                   pipes)
         except RunnerGone as exc:
             raise BackendError(f"{exc}; runner said: {self._diagnostics().strip()[-300:]}") from exc
         # The runner waits for the next test, so the cgroup is still there to be read.

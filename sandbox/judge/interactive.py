@@ -1,0 +1,188 @@
+"""Interactive problems: the program and an interactor talk to each other; the interactor decides.
+
+Each runs in a sandbox of its own (the program cannot read the interactor's input, memory or
+files, whatever it tries), both compiled once per request; for each test the server makes
+two pipes, program stdout -> interactor stdin and interactor stdout -> program stdin, and
+hands each side its ends through its sandbox's test runner (backends that can carry file
+descriptors: oci). The program has the test's time limit; the interactor that much plus
+its own ``extra_time_s``, so a program that stops answering is the one timed out.
+
+The verdict (testlib's exit codes; the interactor's own failures are never the program's):
+
+1. the program still running at its limit: time_limit (also when both wait to read), unless
+   the interactor had already given its verdict and ended before that;
+2. the interactor crashed, hung after the program ended, or exited 3 ("judge failure") or
+   with a code testlib does not use: sandbox_error (error_kind checker_error);
+3. the interactor rejected (1 wrong answer, 2 presentation error): wrong_answer, whatever
+   the program did after that (e.g. a broken pipe when writing to a closed interactor);
+4. the interactor accepted: the program's own limits and exit status decide (memory,
+   output, runtime error), else accepted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from ..engine import Engine
+from ..engine.backends.base import BackendError, SandboxEndedByProgram
+from ..engine.runner_protocol import PipesUnsupported, TestRun
+from .models import Evaluation, EvaluationResult, Interactor, TestCase, TestOutcome, Verdict
+
+SESSION_SLACK_S = 5.0
+INTERACTOR_OUTPUT_BYTES = 64 << 10
+ACCEPTED, WRONG_ANSWER, PRESENTATION_ERROR = 0, 1, 2  # testlib's exit codes (3: judge failure)
+CHECKER_ERROR = "checker_error"
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class InteractiveJudge:
+    """Runs an Evaluation that has an ``interactor``; the ``judge`` decides what the program's
+    run alone says (limits, exit status) exactly as for ordinary tests."""
+
+    def __init__(self, engine: Engine, judge) -> None:
+        self.engine = engine
+        self.judge = judge
+
+    async def evaluate(self, ev: Evaluation, started: float) -> EvaluationResult:
+        assert ev.interactor is not None
+        interactor, limits = ev.interactor, ev.job.limits
+        per_test = limits.run_timeout_s
+        deadline = started + ev.total_timeout_s if ev.total_timeout_s else None
+        budget = len(ev.tests) * (per_test + 1.0) + SESSION_SLACK_S
+        interactor_budget = len(ev.tests) * (per_test + interactor.extra_time_s + 1.0) + SESSION_SLACK_S
+        if ev.total_timeout_s:
+            budget = min(budget, ev.total_timeout_s + SESSION_SLACK_S)
+            interactor_budget = min(interactor_budget,
+                                    ev.total_timeout_s + interactor.extra_time_s + SESSION_SLACK_S)
+        outcomes: list[TestOutcome] = []
+        result = EvaluationResult(outcomes)
+        try:
+            async with self.engine.test_session(ev.job, budget) as program:
+                result.compile, result.sandbox_id = program.compile, program.sandbox_id
+                if not program.compiled:
+                    return self.judge._not_compiled(ev, result, program.compile_oom_killed)
+                # The interactor is the judge's part of this request: it rides on the
+                # program's sandbox slot (two slots could deadlock a full server).
+                async with self.engine.test_session(interactor.job, interactor_budget,
+                                                    take_slot=False) as judge_side:
+                    result.interactor_compile = judge_side.compile
+                    if not judge_side.compiled:
+                        return self._interactor_not_compiled(ev, result)
+                    await self._run_tests(ev, program, judge_side, deadline, result)
+        except SandboxEndedByProgram as exc:
+            index = len(outcomes)
+            outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, str(exc)))
+            outcomes += [TestOutcome(i, Verdict.SKIPPED, f"not run: test {index} ended the sandbox")
+                         for i in range(index + 1, len(ev.tests))]
+        except (BackendError, PipesUnsupported) as exc:
+            result.message = str(exc)
+            result.error_kind = result.error_kind or getattr(exc, "kind", "backend_error")
+            done = len(outcomes)
+            outcomes += [TestOutcome(i, Verdict.SANDBOX_ERROR, str(exc)) for i in range(done, len(ev.tests))]
+        return result
+
+    async def _run_tests(self, ev: Evaluation, program, judge_side, deadline: float | None,
+                         result: EvaluationResult) -> None:
+        per_test = ev.job.limits.run_timeout_s
+        stopped = False
+        for index, test in enumerate(ev.tests):
+            left = None if deadline is None else deadline - time.monotonic()
+            if stopped or (left is not None and left <= 0.05):
+                why = ("an earlier test failed" if stopped else
+                       f"the total time budget of {ev.total_timeout_s:g} s was used up")
+                result.outcomes.append(TestOutcome(index, Verdict.SKIPPED, f"not run: {why}"))
+                continue
+            timeout = per_test if left is None else min(per_test, left)
+            run, interactor_run, judged_after = await self._interact(ev.interactor, program, judge_side,
+                                                                     test, timeout)
+            # Its report was in before the program's deadline: it ended first (the program
+            # started at the earliest when the test was sent).
+            ended_first = not interactor_run.timed_out and judged_after < timeout
+            outcome = self._outcome(ev, index, run, interactor_run, ended_first,
+                                    cut_by_budget=timeout < per_test)
+            if outcome.verdict is Verdict.SANDBOX_ERROR:
+                result.error_kind = result.error_kind or CHECKER_ERROR
+            result.outcomes.append(outcome)
+            if outcome.verdict is not Verdict.ACCEPTED and ev.stop_on_first_failure:
+                stopped = True
+
+    @staticmethod
+    async def _interact(interactor: Interactor, program, judge_side, test: TestCase,
+                        timeout: float) -> tuple[TestRun, TestRun, float]:
+        """One test: both sides at once, joined by two fresh pipes (given away to the runners).
+        Also: how long after sending the test the interactor's report was in (server clock)."""
+        to_interactor_r, to_interactor_w = os.pipe()
+        to_program_r, to_program_w = os.pipe()
+        files = {"input": test.stdin}
+        argv = [*interactor.job.spec.run, "/tmp/judge/input", "/tmp/judge/output"]
+        if test.expected_output is not None:
+            files["answer"] = test.expected_output.encode()
+            argv.append("/tmp/judge/answer")
+        sent = time.monotonic()
+
+        async def judged() -> tuple[TestRun, float]:
+            run = await judge_side.run_test(b"", timeout + interactor.extra_time_s, INTERACTOR_OUTPUT_BYTES,
+                                            argv=argv, files=files, pipes=(to_interactor_r, to_program_w))
+            return run, time.monotonic() - sent
+
+        runs = await asyncio.gather(
+            program.run_test(b"", timeout, program.job.limits.output_bytes,
+                             pipes=(to_program_r, to_interactor_w)),
+            judged(), return_exceptions=True)
+        for run in runs:  # both have ended (or failed): one failure is the whole test's
+            if isinstance(run, BaseException):
+                raise run
+        (judge_run, judged_after) = runs[1]
+        return runs[0], judge_run, judged_after
+
+    def _outcome(self, ev: Evaluation, index: int, run: TestRun, interactor: TestRun,
+                 interactor_ended_first: bool, cut_by_budget: bool) -> TestOutcome:
+        preview = ev.preview_bytes
+        outcome = TestOutcome(
+            index, Verdict.ACCEPTED, exit_code=run.exit_code, signal=run.signal,
+            wall_time_s=round(run.wall_time_s, 6), cpu_time_s=round(run.cpu_time_s, 6),
+            peak_memory_bytes=run.peak_memory_bytes or run.max_rss_bytes or None,
+            stderr=run.stderr[:preview])
+        said = _decode((interactor.stderr + interactor.stdout)[:preview]).strip()
+        outcome.verdict, outcome.message = self._verdict(ev, run, interactor, said, interactor_ended_first,
+                                                         cut_by_budget)
+        return outcome
+
+    def _verdict(self, ev: Evaluation, run: TestRun, interactor: TestRun, said: str,
+                 interactor_ended_first: bool, cut_by_budget: bool) -> tuple[Verdict, str]:
+        program_verdict, why = self.judge._run_verdict(ev, None, run, cut_by_budget)
+        if run.timed_out and not interactor_ended_first:
+            # Killing the program ends the interactor's input: what it says then is about
+            # the kill, not the answers (also a deadlock: both waiting to read).
+            return program_verdict, why
+        extra = ev.interactor.extra_time_s
+        if interactor.timed_out:
+            return Verdict.SANDBOX_ERROR, (f"the interactor was still running {extra:g} s after "
+                                           f"the program ended" + (f": {said}" if said else ""))
+        if interactor.signal:
+            return Verdict.SANDBOX_ERROR, f"the interactor was killed by signal {interactor.signal}: {said}"
+        code = interactor.exit_code
+        if code in (WRONG_ANSWER, PRESENTATION_ERROR):
+            kind = "wrong answer" if code == WRONG_ANSWER else "presentation error"
+            note = f" (the program then: {why})" if program_verdict is not None else ""
+            return Verdict.WRONG_ANSWER, f"interactor: {kind}" + (f": {said}" if said else "") + note
+        if code != ACCEPTED:
+            what = "judge failure" if code == 3 else f"exit code {code}"
+            return Verdict.SANDBOX_ERROR, f"the interactor failed ({what}): {said}"
+        if program_verdict is not None:
+            return program_verdict, why
+        return Verdict.ACCEPTED, said
+
+    def _interactor_not_compiled(self, ev: Evaluation, result: EvaluationResult) -> EvaluationResult:
+        step = result.interactor_compile
+        why = "the interactor did not compile" + (
+            f": {_decode(step.stderr or step.stdout)[-500:]}" if step else "")
+        result.message = why
+        result.error_kind = CHECKER_ERROR
+        result.outcomes[:] = [TestOutcome(i, Verdict.SANDBOX_ERROR, why) for i in range(len(ev.tests))]
+        return result

@@ -1,0 +1,231 @@
+"""Interactive problems through the real server: the program and an interactor, each in its
+own sandbox, joined by two pipes; the interactor decides by testlib's exit codes.
+
+The problem: guess a secret number in [1, 1000000] (the test's input) with at most 25
+questions "? x"; the interactor answers "<" (the secret is smaller), ">" or "=" (found).
+"""
+
+from __future__ import annotations
+
+import pytest
+import requests
+
+pytestmark = pytest.mark.docker
+
+INTERACTOR_CPP = r"""
+#include <cstdio>
+#include <cstdlib>
+int main(int argc, char **argv) {
+    FILE *in = fopen(argv[1], "r");
+    long secret;
+    if (!in || fscanf(in, "%ld", &secret) != 1) { fprintf(stderr, "no input"); return 3; }
+    for (int asked = 1; asked <= 25; asked++) {
+        long x;
+        if (scanf(" ? %ld", &x) != 1) { fprintf(stderr, "unexpected end of the program's output"); return 1; }
+        if (x == secret) { printf("=\n"); fflush(stdout); fprintf(stderr, "found in %d", asked); return 0; }
+        printf(x > secret ? "<\n" : ">\n");
+        fflush(stdout);
+    }
+    fprintf(stderr, "more than 25 questions");
+    return 1;
+}
+"""
+
+INTERACTOR_PY = r"""
+import sys
+secret = int(open(sys.argv[1]).read())
+for asked in range(1, 26):
+    line = sys.stdin.readline()
+    if not line.startswith("? "):
+        sys.stderr.write("unexpected end of the program's output")
+        sys.exit(1)
+    x = int(line[2:])
+    if x == secret:
+        print("=", flush=True)
+        sys.stderr.write(f"found in {asked}")
+        sys.exit(0)
+    print("<" if x > secret else ">", flush=True)
+sys.stderr.write("more than 25 questions")
+sys.exit(1)
+"""
+
+SOLUTION_CPP = r"""
+#include <cstdio>
+int main() {
+    long lo = 1, hi = 1000000;
+    while (lo <= hi) {
+        long mid = (lo + hi) / 2;
+        printf("? %ld\n", mid);
+        fflush(stdout);
+        char answer[4];
+        if (scanf("%3s", answer) != 1) return 1;
+        if (answer[0] == '=') return 0;
+        if (answer[0] == '<') hi = mid - 1; else lo = mid + 1;
+    }
+    return 0;
+}
+"""
+
+SOLUTION_PY = r"""
+lo, hi = 1, 1000000
+while lo <= hi:
+    mid = (lo + hi) // 2
+    print("?", mid, flush=True)
+    answer = input().strip()
+    if answer == "=":
+        break
+    if answer == "<":
+        hi = mid - 1
+    else:
+        lo = mid + 1
+"""
+
+# Asks 1, 2, 3, ...: right only for secrets up to 25.
+LINEAR_CPP = r"""
+#include <cstdio>
+int main() {
+    for (long x = 1;; x++) {
+        printf("? %ld\n", x);
+        fflush(stdout);
+        char answer[4];
+        if (scanf("%3s", answer) != 1 || answer[0] == '=') return 0;
+    }
+}
+"""
+
+SECRETS = ["1", "999999", "531441", "20"]
+
+
+def evaluate(url: str, code: str, language: str, interactor: str, interactor_language: str,
+             secrets=SECRETS, run_timeout: float = 3, interactor_timeout: float = 2, **extra) -> dict:
+    payload = {"code": code, "language": language, "run_timeout": run_timeout,
+               "tests": [{"stdin": s} for s in secrets],
+               "interactor": {"language": interactor_language, "code": interactor,
+                              "run_timeout": interactor_timeout}, **extra}
+    response = requests.post(f"{url}/v1/evaluate", json=payload, timeout=180)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def verdicts(body: dict) -> list[str]:
+    return [t["verdict"] for t in body["tests"]]
+
+
+@pytest.mark.parametrize("program, program_language, interactor, interactor_language", [
+    (SOLUTION_CPP, "cpp", INTERACTOR_CPP, "cpp"),
+    (SOLUTION_PY, "python", INTERACTOR_CPP, "cpp"),
+    (SOLUTION_CPP, "cpp", INTERACTOR_PY, "python"),
+    (SOLUTION_PY, "python", INTERACTOR_PY, "python"),
+], ids=["cpp-cpp", "python-cpp", "cpp-python", "python-python"])
+def test_binary_search_is_accepted(oci_server, program, program_language, interactor, interactor_language):
+    body = evaluate(oci_server, program, program_language, interactor, interactor_language)
+    assert verdicts(body) == ["accepted"] * 4, body
+    assert body["status"] == "Finished" and body["accepted"] and body["verl_results"] == [True] * 4
+    assert all(t["message"].startswith("found in ") for t in body["tests"]), body["tests"]
+    assert body["interactor_compile_result"] is not None or interactor_language == "python"
+
+
+def test_wrong_guesses_are_wrong_answers(oci_server):
+    body = evaluate(oci_server, LINEAR_CPP, "cpp", INTERACTOR_CPP, "cpp")
+    assert verdicts(body) == ["accepted", "wrong_answer", "wrong_answer", "accepted"], body
+    assert "more than 25 questions" in body["tests"][1]["message"]
+    assert body["status"] == "Finished" and body["verl_results"][1] is False
+
+
+def test_a_program_that_never_answers_times_out(oci_server):
+    silent = "int main() { for (;;) {} }"
+    body = evaluate(oci_server, silent, "cpp", INTERACTOR_CPP, "cpp", secrets=["5"], run_timeout=1)
+    assert verdicts(body) == ["time_limit"], body
+    assert body["tests"][0]["wall_time"] < 5
+
+
+def test_both_waiting_to_read_is_the_programs_time_limit(oci_server):
+    # The program waits for a greeting the interactor never sends: a deadlock.
+    waits = "#include <cstdio>\nint main() { char s[8]; if (scanf(\"%7s\", s) != 1) return 1; puts(\"? 1\"); }"
+    body = evaluate(oci_server, waits, "cpp", INTERACTOR_CPP, "cpp", secrets=["5"], run_timeout=1)
+    assert verdicts(body) == ["time_limit"], body
+    assert body["status"] == "Finished" and body["verl_results"] == [-3]
+
+
+def test_closing_stdout_early_is_a_wrong_answer(oci_server):
+    closes = ("#include <cstdio>\n#include <unistd.h>\nint main() { printf(\"? 3\\n\"); fflush(stdout);"
+              " fclose(stdout); sleep(1); return 0; }")
+    body = evaluate(oci_server, closes, "cpp", INTERACTOR_CPP, "cpp", secrets=["5"])
+    assert verdicts(body) == ["wrong_answer"], body
+    assert "unexpected end" in body["tests"][0]["message"]
+
+
+def test_the_program_crashing_after_acceptance_is_its_runtime_error(oci_server):
+    crashes = SOLUTION_CPP.replace("if (answer[0] == '=') return 0;", "if (answer[0] == '=') return 7;")
+    body = evaluate(oci_server, crashes, "cpp", INTERACTOR_CPP, "cpp", secrets=["5"])
+    assert verdicts(body) == ["runtime_error"], body
+    assert body["tests"][0]["exit_code"] == 7
+
+
+@pytest.mark.parametrize("broken, why", [
+    (INTERACTOR_CPP.replace('printf("=\\n");', "abort();"),
+     "signal 6"),
+    (INTERACTOR_CPP.replace("return 0; }", "return 3; }"), "judge failure"),
+    (INTERACTOR_CPP.replace("return 0; }", "for (;;) {} }"), "still running"),
+], ids=["crash", "judge-failure", "hang"])
+def test_a_failing_interactor_is_a_sandbox_error_never_a_verdict(oci_server, broken, why):
+    body = evaluate(oci_server, SOLUTION_CPP, "cpp", broken, "cpp", secrets=["5"], interactor_timeout=1)
+    assert verdicts(body) == ["sandbox_error"], body
+    assert why in body["tests"][0]["message"], body["tests"][0]
+    assert body["status"] == "SandboxError" and body["error_kind"] == "checker_error"
+    assert body["retryable"] is True and body["verl_results"] == [-1]
+
+
+def test_an_interactor_that_does_not_compile_is_a_sandbox_error(oci_server):
+    body = evaluate(oci_server, SOLUTION_CPP, "cpp", "int main() { return }", "cpp", secrets=["5", "6"])
+    assert verdicts(body) == ["sandbox_error"] * 2, body
+    assert "interactor did not compile" in body["message"] and body["error_kind"] == "checker_error"
+
+
+def test_the_program_cannot_read_the_interactors_input(oci_server):
+    # Everything a cheat would try from the program's side: the interactor's input file,
+    # its process and its files; it then answers whatever it found.
+    cheat = r"""
+import glob, os
+found = []
+for path in ["/tmp/judge/input", *glob.glob("/proc/[0-9]*/cwd/*"), *glob.glob("/proc/[0-9]*/fd/*")]:
+    try:
+        found.append(open(path).read().strip())
+    except Exception:
+        pass
+numbers = [s for s in found if s.isdigit()]
+print("?", numbers[0] if numbers else 0, flush=True)
+"""
+    body = evaluate(oci_server, cheat, "python", INTERACTOR_CPP, "cpp", secrets=["777777"])
+    assert verdicts(body) == ["wrong_answer"], body
+
+
+def test_the_answer_file_and_stop_on_first_failure(oci_server):
+    # The interactor reads the expected answer (its third argument) when the test has one.
+    checks_answer = INTERACTOR_CPP.replace(
+        'FILE *in = fopen(argv[1], "r");',
+        'if (argc != 4) { fprintf(stderr, "no answer file"); return 3; }\n    FILE *in = fopen(argv[1], "r");')
+    payload_tests = [{"stdin": "30", "expected_output": "30"}, {"stdin": "40", "expected_output": "40"},
+                     {"stdin": "5", "expected_output": "5"}]
+    response = requests.post(f"{oci_server}/v1/evaluate", timeout=180, json={
+        "code": LINEAR_CPP, "language": "cpp", "run_timeout": 3, "tests": payload_tests,
+        "stop_on_first_failure": True, "interactor": {"language": "cpp", "code": checks_answer}})
+    body = response.json()
+    assert verdicts(body) == ["wrong_answer", "skipped", "skipped"], body
+
+
+def test_interactor_with_a_checker_is_refused(oci_server):
+    response = requests.post(f"{oci_server}/v1/evaluate", timeout=60, json={
+        "code": SOLUTION_CPP, "language": "cpp", "tests": [{"stdin": "5"}],
+        "interactor": {"language": "cpp", "code": INTERACTOR_CPP},
+        "checker": {"language": "python", "code": "print(1)"}})
+    assert response.status_code == 422 and "interactor" in response.json()["detail"]
+
+
+def test_the_docker_backend_says_it_cannot(server, backend_name):
+    if backend_name != "docker":
+        pytest.skip("the oci backend runs interactive problems (tests above)")
+    response = requests.post(f"{server}/v1/evaluate", timeout=60, json={
+        "code": SOLUTION_CPP, "language": "cpp", "tests": [{"stdin": "5"}],
+        "interactor": {"language": "cpp", "code": INTERACTOR_CPP}})
+    assert response.status_code == 422 and "oci backend" in response.json()["detail"], response.text
