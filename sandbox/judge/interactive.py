@@ -13,8 +13,9 @@ The verdict (testlib's exit codes; the interactor's own failures are never the p
    the interactor had already given its verdict and ended before that;
 2. the interactor crashed, hung after the program ended, or exited 3 ("judge failure") or
    with a code testlib does not use: sandbox_error (error_kind checker_error);
-3. the interactor rejected (1 wrong answer, 2 presentation error): wrong_answer, whatever
-   the program did after that (e.g. a broken pipe when writing to a closed interactor);
+3. the interactor rejected (1 wrong answer, 2 presentation error), or was stopped by a broken
+   pipe (it wrote to a program that had stopped reading): wrong_answer, whatever the program
+   did after that (e.g. a broken pipe of its own when writing to a closed interactor);
 4. the interactor accepted: the program's own limits and exit status decide (memory,
    output, runtime error), else accepted.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import time
 
 from ..engine import Engine
@@ -164,6 +166,10 @@ class InteractiveJudge:
         if interactor.timed_out:
             return Verdict.SANDBOX_ERROR, (f"the interactor was still running {extra:g} s after "
                                            f"the program ended" + (f": {said}" if said else ""))
+        if interactor.signal == signal.SIGPIPE:
+            # It wrote to a program that had stopped reading (exited, or closed its stdin).
+            return Verdict.WRONG_ANSWER, ("the program stopped reading while the interactor was "
+                                          "still writing to it" + (f" (the program: {why})" if why else ""))
         if interactor.signal:
             return Verdict.SANDBOX_ERROR, f"the interactor was killed by signal {interactor.signal}: {said}"
         code = interactor.exit_code
