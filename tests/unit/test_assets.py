@@ -331,3 +331,14 @@ def test_metrics_count_assets(client):
     assert samples[("sandbox_assets_entries", (("source", "folder"),))] == 1
     assert samples[("sandbox_asset_uses_total", (("result", "miss"),))] == 1
     assert samples[("sandbox_asset_uploads_total", ())] == 1
+
+
+def test_uploads_need_the_api_key(tmp_path):
+    key = "k" * 32
+    guarded = TestClient(create_app(load_settings(assets_dir=tmp_path / "store", api_key=key,
+                                                  audit_log="off")))
+    assert guarded.put("/v1/assets", content=b"x").status_code == 401
+    assert guarded.get(f"/v1/assets/{sha(b'x')}").status_code == 401
+    assert not (tmp_path / "store").exists()
+    allowed = guarded.put("/v1/assets", content=b"x", headers={"Authorization": f"Bearer {key}"})
+    assert allowed.status_code == 200
