@@ -154,7 +154,8 @@ def _decode_files(files: dict[str, FileContent], settings: Settings,
 def _asset_bytes(path: str, ref: AssetRef, assets: AssetStore | None,
                  seen: dict[tuple[str, str], bytes]) -> bytes:
     """The content ``ref`` names. The bytes are a copy for this request alone: the sandbox gets
-    them like a base64 file, so no program can change the stored asset."""
+    them like a base64 file, so no program can change the stored asset. Read on the event
+    loop: from the page cache a 4 MB asset took ~0.5 ms here, decoding its base64 ~50 ms."""
     if ref.sha256 is not None and ref.asset is not None:
         raise InvalidRequest(f"files[{path!r}] names an asset by both sha256 and asset; give one")
     if ref.sha256 is None and ref.asset is None:
