@@ -198,13 +198,33 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         128 * MiB, ge=1024, description="Largest request body accepted; larger ones get HTTP 413.")
     max_request_files_bytes: int = Field(
-        64 * MiB, ge=0, description="Total decoded size of `files` a request may send.")
+        64 * MiB, ge=0,
+        description="Total size of the `files` a request places in the sandbox: decoded "
+                    "base64 and named assets alike.")
     max_fetch_bytes: int = Field(
         64 * MiB, ge=0, description="Total size of `fetch_files` returned per request.")
     compile_cache_mb: int = Field(
         512, ge=0,
         description="Memory for the compile cache (compiled programs reused across requests "
                     "with the same code and files); 0 turns it off.")
+    assets_dir: Path | None = Field(
+        None,
+        description="Where uploaded assets (PUT /v1/assets) are kept on disk, one file per "
+                    "asset named by its SHA-256; made on the first upload.",
+        json_schema_extra={"shown_default": "`<state_dir>/assets`"})
+    assets_store_mb: int = Field(
+        1024, ge=0,
+        description="Disk for uploaded assets together; past it the least recently used are "
+                    "removed. 0 turns uploads off (the asset folder still serves).")
+    max_asset_bytes: int = Field(
+        64 * MiB, ge=1,
+        description="Largest single asset PUT /v1/assets accepts; larger ones get HTTP 413. An "
+                    "asset a request names counts toward its max_request_files_bytes.")
+    assets_folder: Path | None = Field(
+        None,
+        description="A folder of the operator's assets (testlib.h, databases), hashed at "
+                    "start-up: requests name its files by hash (`{\"sha256\": HEX}`) or by "
+                    "name (`{\"asset\": \"testlib.h\"}`); never written, never evicted.")
     max_tests: int = Field(
         1000, ge=1, description="Most test cases one /v1/evaluate request may carry.")
     max_evaluation_s: float = Field(
@@ -322,6 +342,22 @@ class Settings(BaseSettings):
                     f"[languages.{language}] memory_mb {overrides.memory_mb} is above the "
                     f"{language} ceiling of {ceiling} MB; lower it or raise max_memory_mb")
         return self
+
+    @model_validator(mode="after")
+    def _assets_fit(self) -> "Settings":
+        if self.assets_store_mb and self.max_asset_bytes > self.assets_store_mb * MiB:
+            raise ValueError(f"max_asset_bytes {self.max_asset_bytes} is more than the whole "
+                             f"asset store (assets_store_mb {self.assets_store_mb} MiB); lower "
+                             f"it or raise assets_store_mb")
+        if self.assets_folder is not None and not Path(self.assets_folder).is_dir():
+            raise ValueError(f"assets_folder {self.assets_folder} is not a folder; create it or "
+                             f"unset SANDBOX_ASSETS_FOLDER")
+        return self
+
+    @property
+    def assets_directory(self) -> Path:
+        """Where uploaded assets are kept."""
+        return self.assets_dir or Path(self.state_dir) / "assets"
 
     def for_language(self, language: str, spec_memory_mb: int) -> LanguageLimits:
         """The limits for ``language``, whose runtime spec asks for ``spec_memory_mb`` by default."""

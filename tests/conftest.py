@@ -118,6 +118,8 @@ def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
                  **settings) -> tuple[subprocess.Popen, str]:
     """Start a real server process with SANDBOX_* ``settings``; return it and its URL once it answers."""
     port = _free_port()
+    # Uploaded assets of a test server stay in its own folder, not the host's state_dir.
+    settings.setdefault("assets_dir", log_dir / f"assets-{instance}")
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
            **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}, **(extra_env or {})}
     log_path = log_dir / f"server-{instance}-{port}.log"

@@ -14,6 +14,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 
 from .. import __version__
+from ..assets import AssetStore
 from ..config import Settings, get_settings
 from ..engine import Engine, Overloaded
 from ..engine.compile_cache import CompileCache
@@ -21,6 +22,7 @@ from ..engine.instance_lock import InstanceLock
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
+from .assets import ASSETS_PATH, asset_router
 from .auth import require_api_key
 from .limits import BodySizeLimit
 from ..judge import Judge
@@ -38,10 +40,12 @@ log = logging.getLogger("sandbox")
 class Services:
     """What a request needs, built once at start-up."""
 
-    def __init__(self, settings: Settings, registry: RuntimeRegistry, engine: Engine) -> None:
+    def __init__(self, settings: Settings, registry: RuntimeRegistry, engine: Engine,
+                 assets: AssetStore) -> None:
         self.settings = settings
         self.registry = registry
         self.engine = engine
+        self.assets = assets
         self.judge = Judge(engine)
         self.sessions = SessionRegistry(engine, settings.replica, settings.max_sessions)
         # Why the backend failed its start-up check, until a later check passes (/readyz).
@@ -115,14 +119,19 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         lifespan=lifespan,
     )
 
-    app.state.services = Services(settings, registry, engine)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    # The operator's asset folder is hashed here, before the server answers.
+    assets = AssetStore(settings.assets_directory, settings.assets_store_mb << 20,
+                        settings.max_asset_bytes, settings.assets_folder)
+    app.state.services = Services(settings, registry, engine, assets)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
+                       own_limit_paths=frozenset({ASSETS_PATH}))
     # Middleware added later runs first: the key is checked before the body is read, and the
     # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
     require_api_key(app, settings)
     app.state.ops = install_observability(app, settings, engine, registry.languages,
                                           registry.aliases)
     app.state.ops.watch_sessions(app.state.services.sessions)
+    app.state.ops.watch_assets(assets)
 
     @app.exception_handler(RequestValidationError)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
@@ -157,7 +166,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         started = time.perf_counter()
         note_run_request(request, req)
         try:
-            job = build_job(req, services.registry, services.settings)
+            job = build_job(req, services.registry, services.settings, services.assets)
         except LanguageUnavailable as exc:
             return RunCodeResponse(status="SandboxError", message=str(exc), executor_pod_name=HOSTNAME,
                                    error_kind="language_unavailable", retryable=False)
@@ -174,6 +183,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     install_session_errors(app)
     app.include_router(session_router(app.state.services))
+    app.include_router(asset_router(assets))
 
     @app.post("/v1/evaluate", response_model=EvaluateResponse, tags=["Evaluation"],
               summary="Compile once, run every test case, return a verdict per test",
@@ -181,7 +191,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
     async def evaluate(req: EvaluateRequest, services: ServicesDep, request: Request) -> EvaluateResponse:
         note_run_request(request, req)
-        evaluation = build_evaluation(req, services.registry, services.settings)
+        evaluation = build_evaluation(req, services.registry, services.settings, services.assets)
         if evaluation.interactor is not None and services.engine.backend.name != "oci":
             # The two sides' pipes travel to their runners as file descriptors.
             raise InvalidRequest(f"interactive problems need the oci backend; this server runs "

@@ -8,16 +8,18 @@ from fastapi import HTTPException
 
 
 class BodySizeLimit:
-    def __init__(self, app, max_bytes: int) -> None:
+    def __init__(self, app, max_bytes: int, own_limit_paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        # Endpoints that enforce a limit of their own while reading (PUT /v1/assets).
+        self.own_limit_paths = own_limit_paths
 
     def _message(self) -> str:
         return (f"request body larger than {self.max_bytes} bytes (SANDBOX_MAX_BODY_BYTES); "
                 f"send smaller files or stdin")
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in self.own_limit_paths:
             return await self.app(scope, receive, send)
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:

@@ -147,6 +147,36 @@ class _SessionGauges:
                                 value=sum(memory))
 
 
+class _AssetGauges:
+    """The asset store, read at scrape time."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def collect(self) -> Iterable:
+        store = self._store
+        size = GaugeMetricFamily("sandbox_assets_bytes", "Bytes of assets held: uploaded "
+                                 "(PUT /v1/assets) and in the operator's asset folder.",
+                                 labels=["source"])
+        size.add_metric(["uploaded"], store.bytes)
+        size.add_metric(["folder"], store.folder_bytes)
+        yield size
+        entries = GaugeMetricFamily("sandbox_assets_entries", "Assets held, by source.",
+                                    labels=["source"])
+        entries.add_metric(["uploaded"], store.entries)
+        entries.add_metric(["folder"], store.folder_entries)
+        yield entries
+        uses = CounterMetricFamily("sandbox_asset_uses", "Assets a request named in `files`: "
+                                   "found (hit) or not here (miss, a 422).", labels=["result"])
+        uses.add_metric(["hit"], store.hits)
+        uses.add_metric(["miss"], store.misses)
+        yield uses
+        yield CounterMetricFamily("sandbox_asset_uploads", "Assets stored by PUT /v1/assets "
+                                  "(a re-upload of one held is not counted).", value=store.uploads)
+        yield CounterMetricFamily("sandbox_asset_evictions", "Uploaded assets removed to keep "
+                                  "the store within SANDBOX_ASSETS_STORE_MB.", value=store.evictions)
+
+
 class Metrics:
     """This app's Prometheus metrics, in a registry of its own (several apps may share a process)."""
 
@@ -265,6 +295,9 @@ class Observability:
 
     def watch_sessions(self, sessions) -> None:
         self.metrics.registry.register(_SessionGauges(sessions))
+
+    def watch_assets(self, store) -> None:
+        self.metrics.registry.register(_AssetGauges(store))
 
     def language_label(self, language: str | None) -> str:
         return self.languages.get(language, UNKNOWN_LANGUAGE) if language else UNKNOWN_LANGUAGE

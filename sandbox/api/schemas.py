@@ -11,6 +11,28 @@ LANGUAGE_FIELD = ("A language id (runtimes/*.toml: python, cpp, java, typescript
                   "alias (py, js, ts, c++, sh).")
 
 
+class AssetRef(BaseModel):
+    """A file's content by reference instead of base64: an asset stored with PUT /v1/assets
+    (or in the server's asset folder) by its SHA-256, or a file of the asset folder by name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sha256: str | None = Field(
+        None, description="SHA-256 (64 hex digits) of an asset PUT to /v1/assets or in the "
+                          "server's asset folder.",
+        examples=["9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"])
+    asset: str | None = Field(
+        None, description="Name of a file in the server's asset folder (SANDBOX_ASSETS_FOLDER), "
+                          "as GET /v1/assets lists them.", examples=["testlib.h"])
+
+
+# A `files` value: base64 text (SandboxFusion's), null (skipped), or an asset by reference.
+FileContent = str | AssetRef | None
+FILES_FIELD = ("Path -> content, placed before compiling: base64 text, null (skipped), or "
+               "{\"sha256\": HEX} / {\"asset\": NAME} for an asset stored on the server "
+               "(PUT /v1/assets). A relative path is in the work directory.")
+
+
 class RunCodeRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -21,9 +43,7 @@ class RunCodeRequest(BaseModel):
     compile_timeout: float = Field(10, description="Wall-clock limit of the compile step, seconds.")
     run_timeout: float = Field(10, description="Wall-clock limit of the run step, seconds.")
     memory_limit_MB: int = Field(-1, description="Memory cap in MiB; -1 means the language's default.")
-    files: dict[str, str | None] = Field(
-        default_factory=dict,
-        description="Path (relative to the work directory) -> base64 content, placed before compiling.")
+    files: dict[str, FileContent] = Field(default_factory=dict, description=FILES_FIELD)
     fetch_files: list[str] = Field(
         default_factory=list, description="Paths read back after the run, returned base64 in `files`.")
     std: str | None = Field(
@@ -87,6 +107,19 @@ class RunCodeResponse(BaseModel):
                             "out of memory, or it exited) and started again: its state is gone.")
 
 
+class AssetInfoResponse(BaseModel):
+    sha256: str = Field(description="SHA-256 of the content: name it as {\"sha256\": ...} in `files`.")
+    size: int = Field(description="Bytes.")
+
+
+class AssetListing(BaseModel):
+    folder: dict[str, AssetInfoResponse] = Field(
+        description="The server's asset folder (SANDBOX_ASSETS_FOLDER): name -> hash and size.")
+    uploaded: dict[str, int] = Field(
+        description="The store of uploaded assets: `entries`, `bytes`, `max_bytes` (0: uploads "
+                    "off), `max_asset_bytes`.")
+
+
 # --- POST /v1/evaluate: one program against many test cases -------------------------------
 
 class TestCaseIn(BaseModel):
@@ -108,7 +141,9 @@ class CheckerIn(BaseModel):
     language: str = Field(description="Any served language.")
     code: str = Field(description="Gets three paths: input, program output, expected output "
                                   "(testlib's order). Exit 0 accepts; what it prints is the message.")
-    files: dict[str, str | None] = Field(default_factory=dict, description="Base64 files for the checker.")
+    files: dict[str, FileContent] = Field(
+        default_factory=dict, description="The checker's files, as `files` of the program "
+                                          "(base64, or an asset: {\"asset\": \"testlib.h\"}).")
     run_timeout: float = Field(10, description="Wall-clock limit of each check, seconds.")
 
 
@@ -121,7 +156,8 @@ class InteractorIn(BaseModel):
                                   "has `expected_output`, the answer (testlib's interactor order). "
                                   "Exit 0 accepts, 1 wrong answer, 2 presentation error, "
                                   "3 judge failure; what it writes to stderr is the message.")
-    files: dict[str, str | None] = Field(default_factory=dict, description="Base64 files for the interactor.")
+    files: dict[str, FileContent] = Field(
+        default_factory=dict, description="Files for the interactor, as in `files` (e.g. testlib.h as an asset).")
     run_timeout: float = Field(
         5, description="How long the interactor may run after the program's `run_timeout` "
                        "(seconds): one still running then is a sandbox_error.")
@@ -142,8 +178,7 @@ class EvaluateRequest(BaseModel):
     extra_compile_flags: list[str] = Field(
         default_factory=list, description="Allow-listed compiler flags, as in /run_code.")
     memory_limit_MB: int = Field(-1, description="Memory cap of each test in MiB; -1: the language's default.")
-    files: dict[str, str | None] = Field(
-        default_factory=dict, description="Path -> base64 content, placed before compiling.")
+    files: dict[str, FileContent] = Field(default_factory=dict, description=FILES_FIELD)
     fn_name: str | None = Field(
         None, description="Python: call this function (or Solution().fn_name) with each test's "
                           "JSON arguments and compare the JSON result (verl's `fn_name`).")

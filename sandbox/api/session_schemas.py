@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schemas import CommandRunResult
+from .schemas import CommandRunResult, FileContent
 
 
 class SessionCreateRequest(BaseModel):
@@ -21,8 +21,9 @@ class SessionCreateRequest(BaseModel):
         None, description="Removed after this many seconds without a call (default 600).")
     max_lifetime_s: float | None = Field(
         None, description="Removed this many seconds after it was made, busy or not (default 3600).")
-    files: dict[str, str | None] = Field(
-        default_factory=dict, description="Path -> base64 content, placed in the work directory.")
+    files: dict[str, FileContent] = Field(
+        default_factory=dict, description="Path -> base64 content (or an asset, {\"sha256\": "
+                                          "HEX}), placed in the work directory.")
 
 
 class SessionCreated(BaseModel):
@@ -73,7 +74,7 @@ class RunJupyterRequest(BaseModel):
     total_timeout: float = Field(45, gt=0, description="Seconds for all cells together.")
     kernel: Literal["python3"] = "python3"
     memory_limit_MB: int = Field(-1, description="Memory cap in MiB; -1: the language's default.")
-    files: dict[str, str | None] = Field(default_factory=dict)
+    files: dict[str, FileContent] = Field(default_factory=dict)
     fetch_files: list[str] = Field(default_factory=list)
 
 

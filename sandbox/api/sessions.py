@@ -16,6 +16,7 @@ import httpx
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
+from ..assets import AssetStore
 from ..config import Settings
 from ..engine.models import Job
 from ..engine.output import decode_output
@@ -74,14 +75,14 @@ def _lifetime(name: str, value: float | None, default: float, settings: Settings
 
 
 def _session_job(req: RunCodeRequest, session: Session, registry: RuntimeRegistry,
-                 settings: Settings) -> Job:
+                 settings: Settings, assets: AssetStore) -> Job:
     """A /run_code request as a call in ``session``: its language must be the session's; the
     memory cap is the session's (set at create)."""
     if registry.get(req.language).language != session.spec.language:
         raise InvalidRequest(f"session {session.id} runs {session.spec.language}, not "
                              f"{req.language}; send language {session.spec.language!r} or "
                              f"create a {req.language} session")
-    job = build_job(req, registry, settings)
+    job = build_job(req, registry, settings, assets)
     return dataclasses.replace(job, limits=dataclasses.replace(
         job.limits, memory_mb=session.limits.memory_mb))
 
@@ -144,7 +145,7 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     except NotOwned as exc:
         return await _forward(request, exc.replica, services.settings)
     note_run_request(request, req)
-    job = _session_job(req, session, services.registry, services.settings)
+    job = _session_job(req, session, services.registry, services.settings, services.assets)
     started = time.perf_counter()
     outcome = await session.run(services.engine, job)
     engine_s = time.perf_counter() - started
@@ -194,7 +195,7 @@ def session_router(services) -> APIRouter:
         limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
         _require_unicode(("files path", path) for path in req.files)
         try:
-            files = _decode_files(req.files, settings)
+            files = _decode_files(req.files, settings, services.assets)
         except UnsafePath as exc:
             raise InvalidRequest(str(exc)) from None
         session = await sessions.create(spec, limits, idle, lifetime, files)
@@ -259,7 +260,8 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
                              f"{settings.max_timeout_s:g} s (SANDBOX_MAX_TIMEOUT_S)")
     _require_unicode((f"cells[{i}]", cell) for i, cell in enumerate(req.cells))
     probe = build_job(RunCodeRequest(code="", language="python", fetch_files=req.fetch_files,
-                                     files=req.files), services.registry, settings)
+                                     files=req.files), services.registry, settings,
+                      services.assets)
     limits = dataclasses.replace(probe.limits, memory_mb=_memory(req.memory_limit_MB, allowed))
     session = await services.sessions.create(spec, limits, req.total_timeout + JUPYTER_GRACE_S,
                                              req.total_timeout + JUPYTER_GRACE_S, probe.files)
