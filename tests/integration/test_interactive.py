@@ -97,11 +97,13 @@ SECRETS = ["1", "999999", "531441", "20"]
 
 
 def evaluate(url: str, code: str, language: str, interactor: str, interactor_language: str,
-             secrets=SECRETS, run_timeout: float = 3, interactor_timeout: float = 2, **extra) -> dict:
+             secrets=SECRETS, run_timeout: float = 3, interactor_timeout: float = 2,
+             interactor_files: dict | None = None, **extra) -> dict:
     payload = {"code": code, "language": language, "run_timeout": run_timeout,
                "tests": [{"stdin": s} for s in secrets],
                "interactor": {"language": interactor_language, "code": interactor,
-                              "run_timeout": interactor_timeout}, **extra}
+                              "run_timeout": interactor_timeout, "files": interactor_files or {}},
+               **extra}
     response = requests.post(f"{url}/v1/evaluate", json=payload, timeout=180)
     assert response.status_code == 200, response.text
     return response.json()
@@ -229,3 +231,16 @@ def test_the_docker_backend_says_it_cannot(server, backend_name):
         "code": SOLUTION_CPP, "language": "cpp", "tests": [{"stdin": "5"}],
         "interactor": {"language": "cpp", "code": INTERACTOR_CPP}})
     assert response.status_code == 422 and "oci backend" in response.json()["detail"], response.text
+
+
+def test_an_interactor_includes_a_header_uploaded_once(oci_server):
+    # How a testlib interactor gets its header: PUT once, named by hash in `files`.
+    header = b"#pragma once\n#include <cstdio>\ninline void answer(const char *s) { printf(\"%s\\n\", s); fflush(stdout); }\n"
+    put = requests.put(f"{oci_server}/v1/assets", data=header, timeout=30)
+    assert put.status_code == 200, put.text
+    with_header = ('#include "judgelib.h"\n' + INTERACTOR_CPP).replace(
+        'printf("=\\n"); fflush(stdout);', 'answer("=");')
+    assert 'answer("=")' in with_header
+    body = evaluate(oci_server, SOLUTION_CPP, "cpp", with_header, "cpp", secrets=["77"],
+                    interactor_files={"judgelib.h": {"sha256": put.json()["sha256"]}})
+    assert verdicts(body) == ["accepted"], body
