@@ -281,5 +281,5 @@ def to_evaluate_response(result: EvaluationResult) -> EvaluateResponse:
         verl_results=[o.verdict.verl_code for o in result.outcomes],
         message=result.message, compile_result=_step(result.compile),
         checker_compile_result=_step(result.checker_compile), tests=tests,
-        total_time=round(result.total_time_s, 6), executor_pod_name=HOSTNAME,
-        sandbox_id=result.sandbox_id)
+        total_time=round(result.total_time_s, 6), sandboxes=result.sandboxes,
+        executor_pod_name=HOSTNAME, sandbox_id=result.sandbox_id)
