@@ -48,6 +48,7 @@ class Judge:
         self.engine = engine
         # Most sandboxes one evaluation's tests may run in at once (more only on free slots).
         self.max_parallel = max_parallel
+        self._spreading: set[WorkQueue] = set()  # evaluations that want more sandboxes now
 
     async def evaluate(self, evaluation: Evaluation) -> EvaluationResult:
         started = time.monotonic()
@@ -148,7 +149,8 @@ class Judge:
         sandboxes too, on slots that are free (never waiting for one), once that looks worth
         a sandbox's start: when a test has run for SPREAD_AFTER_S (or twice what opening a
         sandbox takes these days, if more), or what is left would take that long at the
-        pace so far. At most ``max_parallel`` sandboxes in all. On exit, waits for each
+        pace so far. At most ``max_parallel`` sandboxes in all, one more at a time, and
+        evaluations that want more share the free slots evenly. On exit, waits for each
         borrowed sandbox to finish its test."""
         if self.max_parallel <= 1 or not program.can_copy:
             yield
@@ -168,18 +170,26 @@ class Judge:
                 work.workers -= 1
 
         async def spread() -> None:
-            while True:
-                # Slower sandbox starts (the docker backend, a loaded host) must pay off more.
-                after = max(SPREAD_AFTER_S, 2 * self.engine.sandbox_open_s)
-                await asyncio.sleep(after / 2)
-                left = work.time_left()
-                if work.halted is not None or not work.pending or (left is not None and left < 2 * after):
-                    return
-                if not work.worth_more_sandboxes(after):
-                    continue
-                for _ in range(min(self.max_parallel - work.workers, len(work.pending))):
-                    work.workers += 1
-                    helpers.append(asyncio.create_task(helper()))
+            try:
+                while True:
+                    # Slower sandbox starts (the docker backend, a loaded host) must pay off more.
+                    after = max(SPREAD_AFTER_S, 2 * self.engine.sandbox_open_s)
+                    await asyncio.sleep(after / 2)
+                    left = work.time_left()
+                    if work.halted is not None or not work.pending or (left is not None and left < 2 * after):
+                        return
+                    if not work.worth_more_sandboxes(after):
+                        self._spreading.discard(work)
+                        continue
+                    # Free slots go round the evaluations that want more: one sandbox at a time,
+                    # to one of those with the fewest.
+                    self._spreading.add(work)
+                    fewest = min(other.workers for other in self._spreading)
+                    if work.workers <= fewest and work.workers < self.max_parallel:
+                        work.workers += 1
+                        helpers.append(asyncio.create_task(helper()))
+            finally:
+                self._spreading.discard(work)
 
         spreader = asyncio.create_task(spread())
         try:

@@ -280,3 +280,14 @@ def test_many_requests_on_few_slots_all_finish():
     for result in results:
         assert verdicts(result) == ["accepted", "time_limit", "accepted", "accepted"]
     assert backend.most_busy <= 2 and engine.running == 0 and engine.waiting == 0
+
+
+def test_evaluations_that_want_more_share_the_free_slots():
+    async def scenario():
+        j, backend = judge(max_concurrency=4, max_parallel=4)
+        evs = [evaluation(["sleep 0.4"] * 8) for _ in range(2)]
+        return await asyncio.gather(*(j.evaluate(ev) for ev in evs)), backend
+
+    results, backend = asyncio.run(scenario())
+    assert [r.sandboxes for r in results] == [2, 2]  # not 3 and 1
+    assert backend.most_busy == 4
