@@ -270,9 +270,15 @@ def main() -> int:
                     "most_sandboxes": max(sandboxes, default=0),
                     "verdicts_agree": agree, "verdicts_total": n_tests,
                     "verdict_counts": _counts(again),
+                    # The timed pass's own verdicts (other programs): compile timeouts there
+                    # (-4) would make it look faster than it is.
+                    "timed_evaluate_verdict_counts": _counts(evaluated),
                     "disagreements": [(i, pa, pb) for i, (pa, pb) in enumerate(zip(per_test, again)) if pa != pb][:5],
                 })
                 r = rows[-1]
+                if "-4" in r["timed_evaluate_verdict_counts"] or "-1" in r["timed_evaluate_verdict_counts"]:
+                    print(f"warning: the timed /v1/evaluate pass had compile errors or sandbox "
+                          f"errors: {r['timed_evaluate_verdict_counts']}", flush=True)
                 print(f"{name:10} {language:7} per-test {r['per_test']['tests_per_s']:7.1f} tests/s  "
                       f"evaluate {r['evaluate']['tests_per_s']:7.1f} tests/s  x{r['speedup']:5.2f}  "
                       f"sandboxes/evaluation {r['sandboxes_per_evaluation']:.2f}  "
