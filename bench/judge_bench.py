@@ -3,19 +3,23 @@ program, on the same server(s), in one run, with the verdicts compared.
 
 Workload, per language (--languages: cpp java python sql; default cpp java python): --problems distinct programs
 (a different constant in each, so no two share a compile), each with --tests test cases.
-Some programs are wrong on some tests (wrong answer), one problem per language has a test
-that loops forever (time limit at --timeout), and one crashes on a test (runtime error).
+Some programs are wrong on some tests (wrong answer), one crashes on a test (runtime error),
+and --hangs P:T programs loop forever on T tests each (time limit at --timeout; default 2:2,
+the tests spread over the program's tests), as RL samples often do.
 
 Paths:
   per-test   verl's reward path: every (program, test) pair is one POST /run_code with
              compile_timeout = run_timeout = the timeout, all sent at once through
              --concurrency client threads; verdicts by verl's rules (True/False/-1..-4)
-  evaluate   one POST /v1/evaluate per program (compile once, every test in one sandbox),
-             --concurrency programs in flight; verdicts are the response's verl_results
+  evaluate   one POST /v1/evaluate per program (compile once, the tests in one sandbox or,
+             on free slots, several), --concurrency programs in flight; verdicts are the
+             response's verl_results
 
-Servers: --url (any number) or, by default, two servers this script starts from the
-checkout: the default configuration (compile cache on), and the same with the compile cache
-off (SandboxFusion compiles every request, which is what verl pays there).
+Servers: --url (any number) or servers this script starts from the checkout (--servers):
+`cache-on` (the default configuration), `cache-off` (the compile cache off: SandboxFusion
+compiles every request, which is what verl pays there), `one-sandbox` (the default with
+SANDBOX_EVALUATE_MAX_PARALLEL=1: each evaluation's tests in one sandbox, as before tests
+spread over free slots). Default: cache-on and cache-off.
 
     sudo .venv/bin/python bench/judge_bench.py          # ~10 min on 2 cores
 
@@ -40,6 +44,8 @@ from bench_server import RESULTS_DIR, started_server  # beside this script
 # Each program reads n numbers and prints their sum plus the problem's constant K. A WRONG
 # program gets it wrong when the sum is odd; a HANG program loops when the first number is
 # 7777; a CRASH program exits non-zero when it is 6666.
+SERVERS = {"cache-on": {}, "cache-off": {"SANDBOX_COMPILE_CACHE_MB": "0"},
+           "one-sandbox": {"SANDBOX_EVALUATE_MAX_PARALLEL": "1"}}
 PROGRAMS = {
     "python": """import sys
 K = {k}
@@ -93,20 +99,27 @@ TRUE = {"python": "True", "cpp": "1", "java": "true", "sql": "1"}
 FALSE = {"python": "False", "cpp": "0", "java": "false", "sql": "0"}
 
 
-def make_problem(language: str, index: int, tests: int, seed: int) -> dict:
-    """One program and its tests; expected outputs are the right answers."""
+def make_problem(language: str, index: int, tests: int, seed: int, count: int = 1,
+                 hangs: tuple[int, int] = (1, 1)) -> dict:
+    """One program (number ``index`` of ``count``) and its tests; expected outputs are the
+    right answers. ``hangs`` (P, T): P of the ``count`` programs loop on T tests each."""
     import random
 
     rng = random.Random(seed * 1000 + index)
     k = rng.randrange(1, 10 ** 6) + seed * 10 ** 7 + index
-    wrong, hang, crash = index % 3 == 1, index == 0, index == 2
+    looping, loops_on = hangs
+    hang = index in {i * count // looping for i in range(looping)} if looping else False
+    hang_tests = {(j + 1) * tests // (loops_on + 1) for j in range(loops_on)} if loops_on else set()
+    if loops_on == 1:
+        hang_tests = {tests - 1}  # the last test, as this benchmark always did
+    wrong, crash = index % 3 == 1, index == 2
     code = PROGRAMS[language].format(k=k, wrong=TRUE[language] if wrong else FALSE[language],
                                      hang=TRUE[language] if hang else FALSE[language],
                                      crash=TRUE[language] if crash else FALSE[language])
     cases = []
     for t in range(tests):
         nums = [rng.randrange(-1000, 1000) for _ in range(rng.randrange(1, 20))]
-        if hang and t == tests - 1:
+        if hang and t in hang_tests:
             nums[0] = 7777
         if crash and t == 1:
             nums[0] = 6666
@@ -161,7 +174,9 @@ def per_test_path(url: str, problems: list[dict], timeout: float, concurrency: i
     return out
 
 
-def evaluate_path(url: str, problems: list[dict], timeout: float, concurrency: int) -> list[list]:
+def evaluate_path(url: str, problems: list[dict], timeout: float, concurrency: int,
+                  sandboxes: list[int] | None = None) -> list[list]:
+    """Each program's verl_results; ``sandboxes`` collects how many sandboxes ran each."""
     session = requests.Session()
     session.mount("http://", requests.adapters.HTTPAdapter(pool_maxsize=concurrency))
 
@@ -176,7 +191,10 @@ def evaluate_path(url: str, problems: list[dict], timeout: float, concurrency: i
             time.sleep(attempt + 1)
         if response.status_code != 200:
             return [-1] * len(p["cases"])
-        return response.json()["verl_results"]
+        answer = response.json()
+        if sandboxes is not None:
+            sandboxes.append(answer.get("sandboxes", 1))
+        return answer["verl_results"]
 
     with ThreadPoolExecutor(concurrency) as pool:
         return list(pool.map(one, problems))
@@ -204,31 +222,37 @@ def main() -> int:
     parser.add_argument("--timeout", nargs="+", default=["cpp=3", "java=5", "python=1"],
                         help="LANGUAGE=S, verl's `timeout` (both compile and run)")
     parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--hangs", default="2:2",
+                        help="P:T, P programs per language loop on T tests each (time limits)")
+    parser.add_argument("--servers", nargs="+", default=["cache-on", "cache-off"],
+                        choices=sorted(SERVERS), help="servers to start when no --url is given")
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000,
                         help="varies the programs, so no compile cache has seen them")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     n_problems = {k: int(v) for k, v in (item.split("=") for item in args.problems)}
     timeouts = {k: float(v) for k, v in (item.split("=") for item in args.timeout)}
+    hangs = tuple(int(x) for x in args.hangs.split(":"))
 
     RESULTS_DIR.mkdir(exist_ok=True)
     with contextlib.ExitStack() as stack:
         servers = dict(item.split("=", 1) for item in args.url)
         if not servers:
-            servers["cache-on"] = stack.enter_context(started_server("bench-cache-on", {})).url
-            servers["cache-off"] = stack.enter_context(
-                started_server("bench-cache-off", {"SANDBOX_COMPILE_CACHE_MB": "0"})).url
+            for name in args.servers:
+                servers[name] = stack.enter_context(started_server(f"bench-{name}", SERVERS[name])).url
         rows = []
         for server_index, (name, url) in enumerate(servers.items()):
             for language in args.languages:
                 # Fresh programs per server and language: neither path finds a warm cache.
                 seed = args.seed * 10 + server_index
                 count, timeout = n_problems.get(language, 8), timeouts.get(language, 5.0)
-                problems = [make_problem(language, i, args.tests, seed) for i in range(count)]
+                problems = [make_problem(language, i, args.tests, seed, count, hangs) for i in range(count)]
                 n_tests = count * args.tests
+                sandboxes: list[int] = []
                 evaluated, eval_wall, eval_cpu = timed(evaluate_path, url, problems, timeout,
-                                                       args.concurrency)
-                problems = [make_problem(language, i, args.tests, seed + 5) for i in range(count)]
+                                                       args.concurrency, sandboxes)
+                problems = [make_problem(language, i, args.tests, seed + 5, count, hangs)
+                            for i in range(count)]
                 per_test, pt_wall, pt_cpu = timed(per_test_path, url, problems, timeout,
                                                   args.concurrency)
                 # The same programs again through /v1/evaluate, to compare verdicts one by one.
@@ -242,24 +266,36 @@ def main() -> int:
                     "evaluate": {"wall_s": eval_wall, "tests_per_s": n_tests / eval_wall,
                                  "cpu_ms_per_test": eval_cpu / n_tests * 1000},
                     "speedup": pt_wall / eval_wall,
+                    "sandboxes_per_evaluation": sum(sandboxes) / max(1, len(sandboxes)),
+                    "most_sandboxes": max(sandboxes, default=0),
                     "verdicts_agree": agree, "verdicts_total": n_tests,
                     "verdict_counts": _counts(again),
+                    # The timed pass's own verdicts (other programs): compile timeouts there
+                    # (-4) would make it look faster than it is.
+                    "timed_evaluate_verdict_counts": _counts(evaluated),
                     "disagreements": [(i, pa, pb) for i, (pa, pb) in enumerate(zip(per_test, again)) if pa != pb][:5],
                 })
                 r = rows[-1]
+                if "-4" in r["timed_evaluate_verdict_counts"] or "-1" in r["timed_evaluate_verdict_counts"]:
+                    print(f"warning: the timed /v1/evaluate pass had compile errors or sandbox "
+                          f"errors: {r['timed_evaluate_verdict_counts']}", flush=True)
                 print(f"{name:10} {language:7} per-test {r['per_test']['tests_per_s']:7.1f} tests/s  "
-                      f"evaluate {r['evaluate']['tests_per_s']:7.1f} tests/s  x{r['speedup']:5.1f}  "
+                      f"evaluate {r['evaluate']['tests_per_s']:7.1f} tests/s  x{r['speedup']:5.2f}  "
+                      f"sandboxes/evaluation {r['sandboxes_per_evaluation']:.2f}  "
                       f"verdicts agree {agree}/{n_tests}", flush=True)
 
     print()
-    print(f"{args.tests} tests per program, {args.concurrency} client threads; machine CPU per test "
-          f"includes server, container runtime and programs")
-    print("| server | language | programs x tests | timeout | per-test tests/s | evaluate tests/s | speedup | CPU ms/test per-test | CPU ms/test evaluate | verdicts agree |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print(f"{args.tests} tests per program, {args.concurrency} client threads, {hangs[0]} programs "
+          f"per language looping on {hangs[1]} tests each; machine CPU per test includes server, "
+          f"container runtime and programs")
+    print("| server | language | programs x tests | timeout | per-test wall s | evaluate wall s | per-test tests/s | evaluate tests/s | speedup | sandboxes per evaluation | CPU ms/test per-test | CPU ms/test evaluate | verdicts agree |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['server']} | {r['language']} | {r['problems']} x {r['tests']} | {r['timeout_s']:g} s | "
+              f"{r['per_test']['wall_s']:.2f} | {r['evaluate']['wall_s']:.2f} | "
               f"{r['per_test']['tests_per_s']:.1f} | "
-              f"{r['evaluate']['tests_per_s']:.1f} | {r['speedup']:.1f}x | "
+              f"{r['evaluate']['tests_per_s']:.1f} | {r['speedup']:.2f}x | "
+              f"{r['sandboxes_per_evaluation']:.2f} (max {r['most_sandboxes']}) | "
               f"{r['per_test']['cpu_ms_per_test']:.0f} | {r['evaluate']['cpu_ms_per_test']:.0f} | "
               f"{r['verdicts_agree']}/{r['verdicts_total']} |")
     out = Path(args.out) if args.out else RESULTS_DIR / f"judge-{time.strftime('%Y%m%d-%H%M%S')}.json"

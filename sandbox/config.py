@@ -232,6 +232,12 @@ class Settings(BaseSettings):
         description="Longest one /v1/evaluate request may hold a sandbox (compile and every "
                     "test); tests it leaves no time for are `skipped`. A `total_timeout` above "
                     "it gets a 422.")
+    evaluate_max_parallel: int = Field(
+        4, ge=1,
+        description="Most sandboxes the tests of one /v1/evaluate request run in at once. Beyond "
+                    "its first, a request only takes sandbox slots that are free and that no "
+                    "other request is waiting for, and gives each back after its current test "
+                    "once a request waits; 1 runs every request's tests in one sandbox.")
     network: bool = Field(False, description="Give sandboxes a network. Leave off.")
     instance: str = Field(
         "default",

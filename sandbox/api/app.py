@@ -46,7 +46,7 @@ class Services:
         self.registry = registry
         self.engine = engine
         self.assets = assets
-        self.judge = Judge(engine)
+        self.judge = Judge(engine, settings.evaluate_max_parallel)
         self.sessions = SessionRegistry(engine, settings.replica, settings.max_sessions)
         # Why the backend failed its start-up check, until a later check passes (/readyz).
         self.backend_problem: str | None = None

@@ -236,6 +236,10 @@ class EvaluateResponse(BaseModel):
     interactor_compile_result: CommandRunResult | None = None
     tests: list[TestCaseResult]
     total_time: float = Field(description="Seconds the evaluation took on the server.")
+    sandboxes: int = Field(
+        0, description="Sandboxes the program's tests ran in, in all: 1, or more when sandbox "
+                       "slots were free (at most SANDBOX_EVALUATE_MAX_PARALLEL at once); 0 when "
+                       "no test ran.")
     executor_pod_name: str | None = None
     sandbox_id: str | None = None
     error_kind: ErrorKind | None = Field(

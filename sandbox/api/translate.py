@@ -337,5 +337,5 @@ def to_evaluate_response(result: EvaluationResult) -> EvaluateResponse:
         message=result.message, compile_result=_step(result.compile),
         checker_compile_result=_step(result.checker_compile),
         interactor_compile_result=_step(result.interactor_compile), tests=tests,
-        total_time=round(result.total_time_s, 6), executor_pod_name=HOSTNAME,
-        sandbox_id=result.sandbox_id)
+        total_time=round(result.total_time_s, 6), sandboxes=result.sandboxes,
+        executor_pod_name=HOSTNAME, sandbox_id=result.sandbox_id)

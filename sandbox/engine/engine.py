@@ -46,6 +46,8 @@ class Engine:
         self.running = 0
         # Called with the seconds from asking the backend for a sandbox to having it (metrics).
         self.on_sandbox_open: Callable[[float], None] | None = None
+        # Those seconds, a moving average: what one more sandbox costs a request in time.
+        self.sandbox_open_s = 0.0
 
     async def run(self, job: Job) -> JobResult:
         async with self._compile_claim(job) as claim:
@@ -96,12 +98,29 @@ class Engine:
             self._gate.release()
 
     @asynccontextmanager
-    async def test_session(self, job: Job, budget_s: float,
+    async def try_slot(self) -> AsyncIterator[bool]:
+        """A sandbox slot if one is free right now and no request is waiting for one (True),
+        else nothing (False). Never waits, and never takes a slot a queued request wants."""
+        if self.waiting or self._gate.locked():
+            yield False
+            return
+        await self._gate.acquire()  # free: returns at once, without yielding to the loop
+        self.running += 1
+        try:
+            yield True
+        finally:
+            self.running -= 1
+            self._gate.release()
+
+    @asynccontextmanager
+    async def test_session(self, job: Job, budget_s: float, share: bool = False,
                            take_slot: bool = True) -> AsyncIterator["PreparedProgram"]:
         """Compile ``job``'s program once (or replay it from the compile cache) in a fresh
         sandbox and yield it ready to run test after test; ``budget_s`` bounds the session.
-        ``take_slot=False``: a sandbox that serves one already holding a slot (an
-        interactor beside its program), not counted again.
+        With ``share``, the program keeps what its compile made, so that ``extra_test_session``
+        can run it in more sandboxes without compiling again. ``take_slot=False``: a sandbox
+        that serves one already holding a slot (an interactor beside its program), not
+        counted again.
 
         The sandbox, its slot and everything in it are gone when the block ends."""
         async with self._compile_claim(job) as claim:
@@ -111,21 +130,47 @@ class Engine:
             slot = self.slot() if take_slot else contextlib.nullcontext()
             async with slot, self._open(job) as box:
                 result = JobResult(sandbox_id=box.id[:12])
-                ok, claim.entry = await self._prepare(box, job, result, claim.cached, claim.owner)
+                ok, claim.entry = await self._prepare(box, job, result, claim.cached,
+                                                      claim.owner or share)
                 if not ok:
                     yield PreparedProgram(job, result.compile, None, result.sandbox_id,
                                           oom_killed=result.oom_killed)
                     return
+                artifact = (claim.cached or claim.entry) if share else None
                 async with box.test_session(budget_s) as session:
-                    yield PreparedProgram(job, result.compile, session, result.sandbox_id)
+                    yield PreparedProgram(job, result.compile, session, result.sandbox_id,
+                                          artifact=artifact, shareable=share)
+
+    @asynccontextmanager
+    async def extra_test_session(self, program: "PreparedProgram",
+                                 budget_s: float) -> AsyncIterator["PreparedProgram | None"]:
+        """``program`` (from ``test_session(share=True)``) in one more fresh sandbox, its
+        compile replayed, ready to run tests, if a slot is free right now (``try_slot``);
+        None at once if not. Nothing is compiled and the compile cache is not asked."""
+        job = program.job
+        if not program.can_copy:
+            yield None
+            return
+        async with self.try_slot() as got:
+            if not got:
+                yield None
+                return
+            async with self._open(job) as box:
+                result = JobResult(sandbox_id=box.id[:12])
+                await self._prepare(box, job, result, program.artifact, False)
+                async with box.test_session(budget_s) as session:
+                    yield PreparedProgram(job, program.compile, session, result.sandbox_id,
+                                          artifact=program.artifact, shareable=True)
 
     @asynccontextmanager
     async def _open(self, job: Job):
         """A fresh sandbox for ``job``, its start time reported to ``on_sandbox_open``."""
         asked = time.perf_counter()
         async with self.backend.open(job.spec.image, job.limits) as box:
+            took = time.perf_counter() - asked
+            self.sandbox_open_s += (took - self.sandbox_open_s) / 8
             if self.on_sandbox_open is not None:
-                self.on_sandbox_open(time.perf_counter() - asked)
+                self.on_sandbox_open(took)
             yield box
 
     async def probe(self, spec: RuntimeSpec) -> str | None:
@@ -248,16 +293,25 @@ class PreparedProgram:
     compile failed; ``compile`` is None for interpreted languages)."""
 
     def __init__(self, job: Job, compile: StepResult | None, session, sandbox_id: str | None,
-                 oom_killed: bool = False) -> None:
+                 oom_killed: bool = False, artifact: CachedCompile | None = None,
+                 shareable: bool = False) -> None:
         self.job = job
         self.compile = compile
         self.session = session
         self.sandbox_id = sandbox_id
         self.compile_oom_killed = oom_killed
+        self.artifact = artifact    # what the compile made: another sandbox replays it
+        self.shareable = shareable  # asked for with test_session(share=True)
 
     @property
     def compiled(self) -> bool:
         return self.session is not None
+
+    @property
+    def can_copy(self) -> bool:
+        """Whether ``Engine.extra_test_session`` can run this program in another sandbox."""
+        return (self.compiled and self.shareable
+                and (self.job.spec.compile is None or self.artifact is not None))
 
     async def run_test(self, stdin: bytes, timeout_s: float, output_limit: int,
                        argv: Sequence[str] | None = None,

@@ -75,6 +75,7 @@ class InteractiveJudge:
                     result.interactor_compile = judge_side.compile
                     if not judge_side.compiled:
                         return self._interactor_not_compiled(ev, result)
+                    result.sandboxes = 1  # the program's (the interactor's is the judge's)
                     await self._run_tests(ev, program, judge_side, deadline, result)
         except SandboxEndedByProgram as exc:
             index = len(outcomes)

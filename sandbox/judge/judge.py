@@ -1,4 +1,5 @@
-"""The judge: compile once, run every test in the same sandbox, decide each verdict here.
+"""The judge: compile once, run the tests in one sandbox (in more at once when sandbox slots
+are free: see ``Judge._spread``), decide each verdict here.
 
 Verdicts come only from what the runner measured (exit status, signal, deadline, output cap,
 the cgroup's OOM counter) and from comparing the program's stdout with the expected output on
@@ -8,11 +9,15 @@ can turn a failing test into a pass.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
 
 from ..engine import Engine
+from ..engine.engine import PreparedProgram
 from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.models import StepStatus
 from ..engine.runner_protocol import TestRun
@@ -20,11 +25,16 @@ from .compare import compare_call_result, compare_output
 from .harness import assert_program, function_call_program
 from .interactive import InteractiveJudge
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
+from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
 OOM_SLACK_BYTES = 1 << 20
 SESSION_SLACK_S = 5.0
+# Tests start spreading over free sandboxes once a test has run this long, or once what is
+# left would take this long: about what starting one more sandbox costs, so that a request
+# whose tests are quick never pays for sandboxes it does not need.
+SPREAD_AFTER_S = 0.1
 CHECKER_FILES = ("input", "output", "expected")
 # Messages a runtime prints when its own heap cap (set below the cgroup cap) is hit.
 OUT_OF_MEMORY_MARKERS = (b"java.lang.OutOfMemoryError", b"\nMemoryError", b"JavaScript heap out of memory")
@@ -35,9 +45,12 @@ def _decode(data: bytes) -> str:
 
 
 class Judge:
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, max_parallel: int = 1) -> None:
         self.engine = engine
         self.interactive = InteractiveJudge(engine, self)
+        # Most sandboxes one evaluation's tests may run in at once (more only on free slots).
+        self.max_parallel = max_parallel
+        self._spreading: set[WorkQueue] = set()  # evaluations that want more sandboxes now
 
     async def evaluate(self, evaluation: Evaluation) -> EvaluationResult:
         started = time.monotonic()
@@ -65,58 +78,136 @@ class Judge:
         job = dataclasses.replace(job, files=files)
 
         limits = job.limits
-        per_test = limits.run_timeout_s
         deadline = started + ev.total_timeout_s if ev.total_timeout_s else None
-        budget = len(ev.tests) * (per_test + 1.0) + SESSION_SLACK_S
+        budget = len(ev.tests) * (limits.run_timeout_s + 1.0) + SESSION_SLACK_S
         if ev.total_timeout_s:
             budget = min(budget, ev.total_timeout_s + SESSION_SLACK_S)
 
-        outcomes: list[TestOutcome] = []
-        result = EvaluationResult(outcomes)
-        awaiting_checker: dict[int, TestRun] = {}
+        result = EvaluationResult([])
+        work = WorkQueue(ev, argvs, deadline)
+        share = self.max_parallel > 1 and len(ev.tests) > 1
         try:
-            async with self.engine.test_session(job, budget) as program:
+            async with self.engine.test_session(job, budget, share=share) as program:
                 result.compile, result.sandbox_id = program.compile, program.sandbox_id
                 if not program.compiled:
                     return self._not_compiled(ev, result, program.compile_oom_killed)
-                stopped = False
-                for index, test in enumerate(ev.tests):
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if stopped or (left is not None and left <= 0.05):
-                        why = ("an earlier test failed" if stopped else
-                               f"the total time budget of {ev.total_timeout_s:g} s was used up")
-                        outcomes.append(TestOutcome(index, Verdict.SKIPPED, f"not run: {why}"))
-                        continue
-                    timeout = per_test if left is None else min(per_test, left)
-                    run = await program.run_test(test.stdin, timeout, limits.output_bytes,
-                                                 argv=argvs[index])
-                    outcome, clean = self._outcome(ev, index, test, run, cut_by_budget=timeout < per_test)
-                    outcomes.append(outcome)
-                    if clean and ev.checker is not None:
-                        awaiting_checker[index] = run
-                    elif outcome.verdict is not Verdict.ACCEPTED and ev.stop_on_first_failure:
-                        stopped = True
-        except SandboxEndedByProgram as exc:
-            index = len(outcomes)
-            outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, str(exc)))
-            outcomes += [TestOutcome(i, Verdict.SKIPPED, f"not run: test {index} ended the sandbox")
-                         for i in range(index + 1, len(ev.tests))]
+                work.workers = 1
+                async with self._spread(work, program, budget):
+                    await self._run_tests(work, program)
+        except SandboxEndedByProgram:
+            pass  # the test that did it is recorded
         except BackendError as exc:
-            log.warning("evaluation failed in the sandbox (%s): %s", job.spec.language, exc)
-            result.message = str(exc)
-            result.error_kind = result.error_kind or exc.kind
-            done = len(outcomes)
-            outcomes += [TestOutcome(i, Verdict.SANDBOX_ERROR, str(exc)) for i in range(done, len(ev.tests))]
+            work.broke(None, exc)
+        if work.error is not None:
+            log.warning("evaluation failed in the sandbox (%s): %s", job.spec.language, work.error)
+            result.message = str(work.error)
+            result.error_kind = work.error.kind
+        result.outcomes[:] = work.finish()
+        result.sandboxes = work.sandboxes
         # Tests that ran cleanly before any failure above still get the checker's verdict.
-        if awaiting_checker:
-            await self._run_checker(ev, ev.checker, result, awaiting_checker)
+        if work.clean_runs:
+            await self._run_checker(ev, ev.checker, result, dict(sorted(work.clean_runs.items())))
         if ev.stop_on_first_failure:
             failed = False
-            for outcome in outcomes:
+            for outcome in result.outcomes:
                 if failed and outcome.verdict is not Verdict.SKIPPED:
                     outcome.verdict, outcome.message = Verdict.SKIPPED, "not run: an earlier test failed"
                 failed = failed or outcome.verdict is not Verdict.ACCEPTED
         return result
+
+    async def _run_tests(self, work: WorkQueue, program: PreparedProgram,
+                         borrowed: bool = False) -> None:
+        """Take tests from ``work`` and run them one after another in ``program``'s sandbox
+        until none is left or the evaluation halts; a ``borrowed`` sandbox also stops as soon
+        as another request waits for a slot. A sandbox that fails or that a test ended is
+        recorded, then raised (its session must not be closed as if it were fine)."""
+        ran = False
+        while not (borrowed and self.engine.waiting) and (index := work.take()) is not None:
+            if not ran:
+                ran, work.sandboxes = True, work.sandboxes + 1
+            try:
+                outcome, run, clean = await self._run_test(work, program, index)
+            except SandboxEndedByProgram as exc:
+                work.ended(index, exc)
+                raise
+            except BackendError as exc:
+                work.broke(index, exc)
+                raise
+            work.record(outcome, run, clean)
+
+    async def _run_test(self, work: WorkQueue, program: PreparedProgram,
+                        index: int) -> tuple[TestOutcome, TestRun, bool]:
+        """Run test ``index``: its outcome, the run, and whether it ran cleanly."""
+        ev, test = work.ev, work.ev.tests[index]
+        limits = ev.job.limits
+        left = work.time_left()
+        timeout = limits.run_timeout_s if left is None else min(limits.run_timeout_s, left)
+        run = await program.run_test(test.stdin, timeout, limits.output_bytes, argv=work.argvs[index])
+        outcome, clean = self._outcome(ev, index, test, run,
+                                       cut_by_budget=timeout < limits.run_timeout_s)
+        return outcome, run, clean
+
+    @asynccontextmanager
+    async def _spread(self, work: WorkQueue, program: PreparedProgram,
+                      budget_s: float) -> AsyncIterator[None]:
+        """While the block runs tests in ``program``'s sandbox, run the rest of them in more
+        sandboxes too, on slots that are free (never waiting for one), once that looks worth
+        a sandbox's start: when a test has run for SPREAD_AFTER_S (or twice what opening a
+        sandbox takes these days, if more), or what is left would take that long at the
+        pace so far. At most ``max_parallel`` sandboxes in all, one more at a time, and
+        evaluations that want more share the free slots evenly. On exit, waits for each
+        borrowed sandbox to finish its test."""
+        if self.max_parallel <= 1 or not program.can_copy:
+            yield
+            return
+        helpers: list[asyncio.Task] = []
+
+        async def helper() -> None:
+            try:
+                async with self.engine.extra_test_session(program, budget_s) as copy:
+                    if copy is not None:
+                        await self._run_tests(work, copy, borrowed=True)
+            except BackendError as exc:
+                # A test's failure is recorded; a borrowed sandbox that fails to start or
+                # stop costs nothing, the other sandboxes run the tests.
+                log.info("a borrowed sandbox failed (%s): %s", program.job.spec.language, exc)
+            finally:
+                work.workers -= 1
+
+        async def spread() -> None:
+            try:
+                while True:
+                    # Slower sandbox starts (the docker backend, a loaded host) must pay off more.
+                    after = max(SPREAD_AFTER_S, 2 * self.engine.sandbox_open_s)
+                    await asyncio.sleep(after / 2)
+                    left = work.time_left()
+                    if work.halted is not None or not work.pending or (left is not None and left < 2 * after):
+                        return
+                    if not work.worth_more_sandboxes(after):
+                        self._spreading.discard(work)
+                        continue
+                    # Free slots go round the evaluations that want more: one sandbox at a time,
+                    # to one of those with the fewest.
+                    self._spreading.add(work)
+                    fewest = min(other.workers for other in self._spreading)
+                    if work.workers <= fewest and work.workers < self.max_parallel:
+                        work.workers += 1
+                        helpers.append(asyncio.create_task(helper()))
+            finally:
+                self._spreading.discard(work)
+
+        spreader = asyncio.create_task(spread())
+        try:
+            yield
+        except asyncio.CancelledError:
+            for task in helpers:
+                task.cancel()
+            raise
+        finally:
+            spreader.cancel()
+            await asyncio.wait([spreader])
+            if helpers:
+                await asyncio.wait(helpers)
 
     def _not_compiled(self, ev: Evaluation, result: EvaluationResult, oom: bool) -> EvaluationResult:
         step = result.compile

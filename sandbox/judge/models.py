@@ -103,6 +103,7 @@ class EvaluationResult:
     checker_compile: StepResult | None = field(default=None)
     interactor_compile: StepResult | None = field(default=None)
     error_kind: str = ""  # of the first sandbox_error verdict (api ErrorKind)
+    sandboxes: int = 0    # sandboxes the program's tests ran in
 
     @property
     def passed(self) -> int:
