@@ -10,7 +10,7 @@ for dir in /sys/fs/cgroup/*/ /sys/fs/cgroup/; do
     if ! mount -o remount,rw,bind "$dir" 2>/dev/null && ! mount -o remount,rw "$dir" 2>/dev/null; then
         echo "llm-sandbox: $dir is read-only and cannot be made writable: run the container with" \
              "CAP_SYS_ADMIN and CAP_NET_ADMIN and seccomp/AppArmor unconfined, or privileged" \
-             "(README: Deployment and scaling out)" >&2
+             "(docs/deployment.md: Deployment and scaling out)" >&2
         exit 1
     fi
 done
@@ -28,7 +28,7 @@ if [ -f "$top/cgroup.controllers" ] && [ -f "$top/cgroup.type" ]; then
     for controller in cpu memory pids; do
         if ! grep -qw "$controller" "$top/cgroup.controllers"; then
             echo "llm-sandbox: the $controller cgroup controller is not delegated to this" \
-                 "container: sandboxes cannot be limited (README: Deployment and scaling out)" >&2
+                 "container: sandboxes cannot be limited (docs/deployment.md: Deployment and scaling out)" >&2
             exit 1
         fi
         echo "+$controller" 2>/dev/null > "$top/cgroup.subtree_control" || {

@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
 
     config = sub.add_parser("config", parents=[common], help="print the effective settings")
     config.add_argument("--markdown", action="store_true",
-                        help="print the table of every setting (as in the README) instead")
+                        help="print the table of every setting (as in docs/configuration.md) instead")
 
     images = sub.add_parser("images", parents=[common], help="build or list the language images")
     images_sub = images.add_subparsers(dest="images_command", required=True)

@@ -28,7 +28,7 @@ MIN_API_KEY_CHARS = 16  # shorter keys can be guessed; `openssl rand -hex 32` ma
 
 def _default_max_sessions() -> int:
     # An idle Python session costs ~SESSION_BUDGET_MB (interpreter, container, runtime
-    # process; README "Sessions"); half the machine's memory for idle sessions.
+    # process; docs/sessions.md); half the machine's memory for idle sessions.
     import psutil
 
     return max(16, int(psutil.virtual_memory().total * 0.5 / (SESSION_BUDGET_MB * MiB)))

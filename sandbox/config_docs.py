@@ -1,4 +1,4 @@
-"""The settings, rendered: a markdown table for the README (from the model, so it cannot miss a
+"""The settings, rendered: a markdown table for docs/configuration.md (from the model, so it cannot miss a
 field) and the effective values as a TOML file that ``SANDBOX_CONFIG`` accepts back."""
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ class Doctor:
             self.add(PROBLEM if self.settings.backend == "oci" else WARN,
                      f"{CGROUP_ROOT} is read-only here: the oci backend cannot make sandbox cgroups",
                      "run as root on the host; in a container, grant CAP_SYS_ADMIN so the server "
-                     "image's entrypoint can remount its own cgroup writable (README: Deployment)")
+                     "image's entrypoint can remount its own cgroup writable (docs/deployment.md)")
             return
         enabled = set((CGROUP_ROOT / "cgroup.subtree_control").read_text().split())
         top_is_host_root = not (CGROUP_ROOT / "cgroup.type").exists()

@@ -7,7 +7,7 @@ Drop-in for ``verl.utils.reward_score.sandbox_fusion.utils.check_correctness``::
     results, metadata = check_correctness("http://sandbox:8080", in_outs, code, timeout=10,
                                           language="cpp")
 
-and ``compute_score`` is a ready ``custom_reward_function`` (see README, "verl").
+and ``compute_score`` is a ready ``custom_reward_function`` (see docs/evaluation.md, "verl").
 """
 
 from __future__ import annotations

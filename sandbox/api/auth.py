@@ -1,4 +1,4 @@
-"""Optional API key: off unless ``SANDBOX_API_KEY`` is set (see README "Operations").
+"""Optional API key: off unless ``SANDBOX_API_KEY`` is set (see docs/deployment.md "Operations").
 
 With a key set, every endpoint but the liveness/readiness probes (and ``/metrics`` when
 ``SANDBOX_METRICS_PUBLIC`` says so) needs ``Authorization: Bearer KEY`` or ``X-API-Key: KEY``.

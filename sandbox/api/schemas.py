@@ -1,4 +1,4 @@
-"""SandboxFusion's /run_code wire models (see README "API"). Unknown request keys are ignored."""
+"""SandboxFusion's /run_code wire models (see docs/api.md). Unknown request keys are ignored."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class CommandRunResult(BaseModel):
     cached: bool = Field(False, description="Compile step reused from the compile cache (same code and files).")
 
 
-# Why a SandboxError was not the program's doing (machine-readable; README "Infrastructure
+# Why a SandboxError was not the program's doing (machine-readable; docs/api.md "Infrastructure
 # errors"). Every kind but language_unavailable is `retryable`: another try, later or on
 # another server, can succeed, and a trainer masks the sample instead of scoring it.
 ErrorKind = Literal["sandbox_unavailable", "image_missing", "backend_error", "checker_error",

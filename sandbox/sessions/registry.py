@@ -108,7 +108,7 @@ class SessionRegistry:
         """A new session in the parent's state: (child, "checkpoint" or "replay").
 
         A session interpreter's state is replayed from the parent's calls (CRIU cannot
-        checkpoint a container on this kind of host; README "Sessions"); a session without one
+        checkpoint a container on this kind of host; docs/sessions.md); a session without one
         keeps its whole state in the work directory, which is copied as it is."""
         parent = self.get(session_id)
         async with parent.lock:  # the call in flight, if any, is part of the state

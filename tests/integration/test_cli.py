@@ -244,8 +244,8 @@ def test_config_prints_the_effective_settings_as_a_usable_file(tmp_path):
     assert tomllib.loads(again.stdout.decode()) == parsed
 
 
-def test_config_markdown_is_the_readme_table():
+def test_config_markdown_is_the_docs_table():
     result = sandbox_cli("config", "--markdown")
     assert result.returncode == 0
     assert result.stdout.decode() == markdown_table()
-    assert result.stdout.decode() in (REPO_ROOT / "README.md").read_text()
+    assert result.stdout.decode() in (REPO_ROOT / "docs" / "configuration.md").read_text()

@@ -1,5 +1,5 @@
 """Settings from the environment, a TOML file and keyword arguments; per-language limits; the
-README's settings table. Real files, real environment variables, the real runtime specs."""
+docs/configuration.md's settings table. Real files, real environment variables, the real runtime specs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sandbox.config import CONFIG_ENV, REPO_ROOT, ConfigError, Settings, load_se
 from sandbox.config_docs import TABLE_BEGIN, TABLE_END, effective_toml, markdown_table
 from sandbox.runtimes import RuntimeRegistry
 
-README = REPO_ROOT / "README.md"
+CONFIGURATION_DOC = REPO_ROOT / "docs" / "configuration.md"
 
 
 @pytest.fixture(autouse=True)
@@ -196,25 +196,25 @@ def test_effective_toml_loads_back_to_the_same_settings(config_file, monkeypatch
     assert tomllib.loads(text)["languages"] == {"rust": {"memory_mb": 1500}}
 
 
-def _readme_table() -> str:
-    text = README.read_text()
+def _docs_table() -> str:
+    text = CONFIGURATION_DOC.read_text()
     assert TABLE_BEGIN in text and TABLE_END in text, \
-        "README.md lacks the generated settings table; paste `python -m sandbox config --markdown`"
+        "docs/configuration.md lacks the generated settings table; paste `python -m sandbox config --markdown`"
     start = text.index(TABLE_BEGIN)
     return text[start:text.index(TABLE_END, start) + len(TABLE_END)] + "\n"
 
 
-def test_every_setting_is_in_the_readme_table():
-    table = _readme_table()
+def test_every_setting_is_in_the_docs_table():
+    table = _docs_table()
     missing = [f"SANDBOX_{name.upper()}" for name in Settings.model_fields
                if f"| `SANDBOX_{name.upper()}` |" not in table]
-    assert not missing, (f"README.md's settings table lacks {', '.join(missing)}; regenerate it "
+    assert not missing, (f"docs/configuration.md's settings table lacks {', '.join(missing)}; regenerate it "
                          f"with `python -m sandbox config --markdown`")
 
 
-def test_the_readme_table_is_the_generated_one():
-    assert _readme_table() == markdown_table(), \
-        "README.md's settings table is out of date; regenerate it with " \
+def test_the_docs_table_is_the_generated_one():
+    assert _docs_table() == markdown_table(), \
+        "docs/configuration.md's settings table is out of date; regenerate it with " \
         "`python -m sandbox config --markdown` and paste it over the old one"
 
 
@@ -229,8 +229,8 @@ def test_unknown_sandbox_variables_are_found_with_the_setting_meant(monkeypatch)
                                               ("SANDBOX_ZZZ", None)]
 
 
-def test_the_readme_config_example_loads_and_means_what_it_says(tmp_path):
-    section = README.read_text().split("## Configuration", 1)[1]
+def test_the_docs_config_example_loads_and_means_what_it_says(tmp_path):
+    section = CONFIGURATION_DOC.read_text().split("# Configuration", 1)[1]
     example = section.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "example.toml"
     path.write_text(example)
