@@ -31,6 +31,7 @@ from ..engine import Engine
 from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.runner_protocol import PipesUnsupported, TestRun
 from .models import Evaluation, EvaluationResult, Interactor, TestCase, TestOutcome, Verdict
+from .workqueue import WorkQueue
 
 SESSION_SLACK_S = 5.0
 INTERACTOR_OUTPUT_BYTES = 64 << 10
@@ -61,8 +62,9 @@ class InteractiveJudge:
             budget = min(budget, ev.total_timeout_s + SESSION_SLACK_S)
             interactor_budget = min(interactor_budget,
                                     ev.total_timeout_s + interactor.extra_time_s + SESSION_SLACK_S)
-        outcomes: list[TestOutcome] = []
-        result = EvaluationResult(outcomes)
+        result = EvaluationResult([])
+        # The same queue as ordinary tests (skips, budget, early stop), taken by one sandbox.
+        work = WorkQueue(ev, [None] * len(ev.tests), deadline)
         try:
             async with self.engine.test_session(ev.job, budget) as program:
                 result.compile, result.sandbox_id = program.compile, program.sandbox_id
@@ -76,33 +78,34 @@ class InteractiveJudge:
                     if not judge_side.compiled:
                         return self._interactor_not_compiled(ev, result)
                     result.sandboxes = 1  # the program's (the interactor's is the judge's)
-                    await self._run_tests(ev, program, judge_side, deadline, result)
-        except SandboxEndedByProgram as exc:
-            index = len(outcomes)
-            outcomes.append(TestOutcome(index, Verdict.RUNTIME_ERROR, str(exc)))
-            outcomes += [TestOutcome(i, Verdict.SKIPPED, f"not run: test {index} ended the sandbox")
-                         for i in range(index + 1, len(ev.tests))]
-        except (BackendError, PipesUnsupported) as exc:
-            result.message = str(exc)
-            result.error_kind = result.error_kind or getattr(exc, "kind", "backend_error")
-            done = len(outcomes)
-            outcomes += [TestOutcome(i, Verdict.SANDBOX_ERROR, str(exc)) for i in range(done, len(ev.tests))]
+                    await self._run_tests(work, program, judge_side, result)
+        except SandboxEndedByProgram:
+            pass  # the test that did it is recorded
+        except PipesUnsupported as exc:
+            work.broke(None, BackendError(str(exc)))
+        except BackendError as exc:
+            work.broke(None, exc)
+        if work.error is not None:
+            result.message = str(work.error)
+            result.error_kind = result.error_kind or work.error.kind
+        result.outcomes[:] = work.finish()
         return result
 
-    async def _run_tests(self, ev: Evaluation, program, judge_side, deadline: float | None,
-                         result: EvaluationResult) -> None:
+    async def _run_tests(self, work: WorkQueue, program, judge_side, result: EvaluationResult) -> None:
+        ev = work.ev
         per_test = ev.job.limits.run_timeout_s
-        stopped = False
-        for index, test in enumerate(ev.tests):
-            left = None if deadline is None else deadline - time.monotonic()
-            if stopped or (left is not None and left <= 0.05):
-                why = ("an earlier test failed" if stopped else
-                       f"the total time budget of {ev.total_timeout_s:g} s was used up")
-                result.outcomes.append(TestOutcome(index, Verdict.SKIPPED, f"not run: {why}"))
-                continue
+        while (index := work.take()) is not None:
+            left = work.time_left()
             timeout = per_test if left is None else min(per_test, left)
-            run, interactor_run, judged_after = await self._interact(ev.interactor, program, judge_side,
-                                                                     test, timeout)
+            try:
+                run, interactor_run, judged_after = await self._interact(
+                    ev.interactor, program, judge_side, ev.tests[index], timeout)
+            except SandboxEndedByProgram as exc:
+                work.ended(index, exc)
+                raise
+            except BackendError as exc:
+                work.broke(index, exc)
+                raise
             # Its report was in before the program's deadline: it ended first (the program
             # started at the earliest when the test was sent).
             ended_first = not interactor_run.timed_out and judged_after < timeout
@@ -110,9 +113,7 @@ class InteractiveJudge:
                                     cut_by_budget=timeout < per_test)
             if outcome.verdict is Verdict.SANDBOX_ERROR:
                 result.error_kind = result.error_kind or CHECKER_ERROR
-            result.outcomes.append(outcome)
-            if outcome.verdict is not Verdict.ACCEPTED and ev.stop_on_first_failure:
-                stopped = True
+            work.record(outcome, run, clean=False)
 
     @staticmethod
     async def _interact(interactor: Interactor, program, judge_side, test: TestCase,
