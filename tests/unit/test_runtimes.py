@@ -91,3 +91,11 @@ def test_a_std_default_must_be_a_choice_and_in_the_compile_argv(tmp_path):
     (tmp_path / "cpp.toml").write_text(spec.replace('"-std=gnu++17", "-O2"', '"-O2"'))
     with pytest.raises(RuntimeSpecError, match="compile must contain std_default's flags"):
         RuntimeRegistry.load(tmp_path)
+
+
+def test_the_java_zygote_runs_with_the_run_s_jvm_flags():
+    """Java tests in /v1/evaluate run in the zygote's JVM, which applies no per-test -X flag:
+    its flags must be the ones `java Main` gets (memory, stack, GC)."""
+    java = RuntimeRegistry.load(REPO_ROOT / "runtimes").get("java")
+    assert java.zygote[0] == java.run[0] == "java"
+    assert [a for a in java.zygote if a.startswith("-X")] == [a for a in java.run if a.startswith("-X")]
