@@ -70,6 +70,10 @@ class RuntimeSpec(BaseModel):
     zygote: tuple[str, ...] | None = Field(
         None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
                           "(it gets the run argv after argv[0]); none: each test is exec'd.")
+    zygote_start_s: float = Field(
+        0.0, ge=0, description="What starting the zygote adds to a sandbox's first test (s): "
+                               "/v1/evaluate spreads tests over more sandboxes only when that "
+                               "start pays off, and judges a first test's pace without it.")
     session: tuple[str, ...] | None = Field(
         None, description="argv of the interpreter a session keeps alive between calls "
                           "(gets the control folder as its last argument; sandbox/sessions/); "

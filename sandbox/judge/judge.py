@@ -122,7 +122,7 @@ class Judge:
         as another request waits for a slot. A sandbox that fails or that a test ended is
         recorded, then raised (its session must not be closed as if it were fine)."""
         ran = False
-        while not (borrowed and self.engine.waiting) and (index := work.take()) is not None:
+        while not (borrowed and self.engine.waiting) and (index := work.take(not ran)) is not None:
             if not ran:
                 ran, work.sandboxes = True, work.sandboxes + 1
             try:
@@ -174,16 +174,18 @@ class Judge:
             finally:
                 work.workers -= 1
 
+        warm_start = program.job.spec.zygote_start_s  # a borrowed sandbox pays it too
+
         async def spread() -> None:
             try:
                 while True:
                     # Slower sandbox starts (the docker backend, a loaded host) must pay off more.
-                    after = max(SPREAD_AFTER_S, 2 * self.engine.sandbox_open_s)
+                    after = max(SPREAD_AFTER_S, 2 * (self.engine.sandbox_open_s + warm_start))
                     await asyncio.sleep(after / 2)
                     left = work.time_left()
                     if work.halted is not None or not work.pending or (left is not None and left < 2 * after):
                         return
-                    if not work.worth_more_sandboxes(after):
+                    if not work.worth_more_sandboxes(after, warm_start):
                         self._spreading.discard(work)
                         continue
                     # Free slots go round the evaluations that want more: one sandbox at a time,

@@ -40,6 +40,7 @@ class WorkQueue:
         self.outcomes: list[TestOutcome | None] = [None] * len(ev.tests)
         self.clean_runs: dict[int, TestRun] = {}  # ran cleanly: for the checker
         self.running: dict[int, float] = {}       # taken, not recorded: when each started
+        self.first_in_sandbox: set[int] = set()   # tests that were their sandbox's first
         self.halted: Halt | None = None
         self.ended_by: int | None = None          # the first test that ended its sandbox
         self.error: BackendError | None = None
@@ -49,7 +50,7 @@ class WorkQueue:
     def time_left(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def take(self) -> int | None:
+    def take(self, first_in_sandbox: bool = False) -> int | None:
         """The next test to run, or None: none left, or the evaluation halted."""
         if self.halted is not None or not self.pending:
             return None
@@ -59,6 +60,8 @@ class WorkQueue:
             return None
         index = self.pending.popleft()
         self.running[index] = time.monotonic()
+        if first_in_sandbox:
+            self.first_in_sandbox.add(index)
         return index
 
     def halt(self, why: Halt) -> None:
@@ -90,15 +93,19 @@ class WorkQueue:
         self.error = self.error or exc
         self.halt(Halt.BROKEN)
 
-    def worth_more_sandboxes(self, after_s: float) -> bool:
+    def worth_more_sandboxes(self, after_s: float, warm_start_s: float = 0.0) -> bool:
         """Whether tests are left that another sandbox would get to sooner: a running test
-        has taken ``after_s`` already, or what is left would, at the pace so far."""
+        has taken ``after_s`` already, or what is left would, at the pace so far. With a
+        zygote that costs ``warm_start_s`` to start, a sandbox's first test is slow for that
+        reason alone: it gets that much longer, and the pace is that of the later tests."""
         if self.halted is not None or not self.pending:
             return False
         now = time.monotonic()
-        if any(now - started >= after_s for started in self.running.values()):
+        if any(now - started >= after_s + (warm_start_s if index in self.first_in_sandbox else 0)
+               for index, started in self.running.items()):
             return True
-        walls = [o.wall_time_s for o in self.outcomes if o is not None and o.wall_time_s]
+        walls = [o.wall_time_s for o in self.outcomes if o is not None and o.wall_time_s
+                 and not (warm_start_s and o.index in self.first_in_sandbox)]
         return bool(walls) and len(self.pending) * sum(walls) / len(walls) >= after_s
 
     def finish(self) -> list[TestOutcome]:

@@ -55,6 +55,7 @@ class FakeSession:
 
     def __init__(self, box: FakeBox) -> None:
         self.box = box
+        self.warm = False
 
     async def run(self, argv, stdin, timeout_s, output_limit, files=None, zygote=(), pipes=None):
         assert self.box.files, "the program was put in the sandbox"
@@ -63,6 +64,9 @@ class FakeSession:
         backend.busy += 1
         backend.most_busy = max(backend.most_busy, backend.busy)
         try:
+            if zygote and not self.warm:  # a warmed interpreter starts with the first test
+                self.warm = True
+                await asyncio.sleep(self.box.backend.zygote_start_s)
             what, _, arg = stdin.decode().partition(" ")
             if what == "sleep" and float(arg) < timeout_s:
                 await asyncio.sleep(float(arg))
@@ -91,6 +95,7 @@ class FakeBackend:
     def __init__(self) -> None:
         self.opened = self.compiles = self.busy = self.most_busy = 0
         self.ran: list[tuple[str, bytes]] = []
+        self.zygote_start_s = 0.0
 
     @asynccontextmanager
     async def open(self, image, limits):
@@ -191,6 +196,21 @@ def test_quick_tests_stay_in_one_sandbox():
 
     result, backend = asyncio.run(scenario())
     assert result.accepted and result.sandboxes == 1 and backend.opened == 1
+
+
+def test_a_slow_zygote_start_alone_opens_no_more_sandboxes():
+    """Java's first test in a sandbox pays the warmed JVM's start (zygote_start_s): another
+    sandbox would pay it too, so quick tests after it stay where they are; a test that is
+    slow for its own sake still spreads the rest."""
+    async def scenario(stdins):
+        j, backend = judge(max_parallel=4)
+        backend.zygote_start_s = 0.4
+        return await j.evaluate(evaluation(stdins, "java", run_timeout=3)), backend
+
+    quick, backend = asyncio.run(scenario([f"ok {i}" for i in range(10)]))
+    assert quick.accepted and quick.sandboxes == 1 and backend.opened == 1
+    slow, _ = asyncio.run(scenario(["sleep 1.5"] + [f"ok {i}" for i in range(10)]))
+    assert slow.accepted and slow.sandboxes > 1
 
 
 def test_one_slot_runs_everything_in_one_sandbox():

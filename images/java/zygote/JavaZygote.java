@@ -160,9 +160,9 @@ public final class JavaZygote {
         synchronized (REPORT_LOCK) {
             reported = false;
         }
-        testRunning = true;
         long sentinel = startSentinel();
-        currentSentinel = sentinel;
+        currentSentinel = sentinel; // before testRunning: the watchdog reads them the other way
+        testRunning = true;
         if (sentinel != -1) {
             SENTINELS.add(sentinel);
         }
