@@ -1,5 +1,6 @@
 import java.io.BufferedInputStream;
 import java.io.BufferedOutputStream;
+import java.io.ByteArrayInputStream;
 import java.io.FileDescriptor;
 import java.io.FileInputStream;
 import java.io.FileOutputStream;
@@ -16,6 +17,8 @@ import java.nio.charset.Charset;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.security.Permission;
+import java.security.Policy;
+import java.security.ProtectionDomain;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
@@ -51,6 +54,8 @@ import java.util.concurrent.locks.LockSupport;
  * and would gain nothing by it. It runs only its own program's tests, never sees an expected
  * output, and the runner keeps the deadline and the output files. The zygote is on the class
  * path, not a module: a module path costs every JVM start ~150 ms (no archived module graph).
+ * Its classes and the JDK's that it and a typical test load come from a class-data-sharing
+ * archive made in the image (see train).
  */
 public final class JavaZygote {
     private static final String NATIVE_LIBRARY = "/usr/local/lib/sandbox/libjavazygote.so";
@@ -96,12 +101,22 @@ public final class JavaZygote {
         startLocale = Locale.getDefault();
         startTimeZone = TimeZone.getDefault().getID(); // sets user.timezone: before the copy
         startProperties = (Properties) System.getProperties().clone();
-        Runtime.getRuntime().addShutdownHook(new Thread(JavaZygote::reportExit, "sandbox-exit-report"));
-        Thread watchdog = new Thread(JavaZygote::watchSentinels, "sandbox-watchdog");
+        // Anonymous classes, not lambdas, here and on every test's path: a lambda's first use
+        // costs a JVM ~10 ms of bootstrapping, string concatenation too (javac -XDstringConcat=inline).
+        Runtime.getRuntime().addShutdownHook(new Thread(new Runnable() {
+            @Override public void run() { reportExit(); }
+        }, "sandbox-exit-report"));
+        Thread watchdog = new Thread(new Runnable() {
+            @Override public void run() { watchSentinels(); }
+        }, "sandbox-watchdog");
         watchdog.setDaemon(true);
         watchdog.start();
         releaseFiles(); // the runner's stderr: no JVM warning (the guard's) reaches its log
         installGuard();
+        if (args.length == 2 && args[0].equals("--train")) {
+            train(args[1]);
+            return;
+        }
         for (;;) {
             byte[] message = receive();
             if (message == null) {
@@ -151,8 +166,8 @@ public final class JavaZygote {
                     throw new IllegalArgumentException("bad class path entry " + entry, e);
                 }
             }
-            return new Launch(assertions, urls.toArray(URL[]::new), argv.get(i),
-                              argv.subList(i + 1, argv.size()).toArray(String[]::new), properties);
+            return new Launch(assertions, urls.toArray(new URL[0]), argv.get(i),
+                              argv.subList(i + 1, argv.size()).toArray(new String[0]), properties);
         }
     }
 
@@ -192,13 +207,35 @@ public final class JavaZygote {
         finish(status);
     }
 
+    /** The image build runs a zygote once this way, with -XX:DumpLoadedClassList: the JDK
+     * classes it and a typical test (images/java/Warm.java, compiled into ``classes``) load
+     * go into a class-data-sharing archive that every zygote maps, which halves its start. */
+    private static void train(String classes) {
+        System.setIn(new ByteArrayInputStream("3\n1 2 3\n".getBytes(StandardCharsets.US_ASCII)));
+        System.setOut(standardStream(FileDescriptor.out, "stdout.encoding"));
+        System.setErr(standardStream(FileDescriptor.err, "stderr.encoding"));
+        usageBefore = usage();
+        testRunning = true;
+        int status = launchMain(Launch.parse(List.of("-ea", "-cp", classes, "Main")));
+        testRunning = false;
+        boolean replace = changedGlobalState() || liveThreads(testGroup) > 0;
+        System.setOut(ZYGOTE_OUT);
+        System.setErr(ZYGOTE_ERR);
+        System.setIn(ZYGOTE_IN);
+        if (status != 0 || replace) {
+            throw new IllegalStateException("the training run failed: status " + status);
+        }
+    }
+
     /** Runs the test's main as `java` would; its exit status. */
     private static int launchMain(Launch launch) {
         URLClassLoader loader = new URLClassLoader(launch.classPath(), ClassLoader.getPlatformClassLoader());
         loader.setDefaultAssertionStatus(launch.assertions());
         ThreadGroup group = new ThreadGroup("main");
         boolean[] failed = {false};
-        Thread main = new Thread(group, () -> invokeMain(loader, launch, failed), "main", 0);
+        Thread main = new Thread(group, new Runnable() {
+            @Override public void run() { invokeMain(loader, launch, failed); }
+        }, "main", 0);
         main.setContextClassLoader(loader);
         testGroup = group;
         leavesState = false; // not for the thread made just now
@@ -338,11 +375,19 @@ public final class JavaZygote {
     }
 
     private static long liveThreads(ThreadGroup group) {
-        return group == null ? 0 : threadsOf(group).stream().filter(Thread::isAlive).count();
+        long live = 0;
+        for (Thread thread : group == null ? List.<Thread>of() : threadsOf(group)) {
+            live += thread.isAlive() ? 1 : 0;
+        }
+        return live;
     }
 
     /** The report line, once per test (the test's own exit and its return may race). */
     private static boolean sendReport(int status) {
+        return sendReport("exit", status & EXIT_STATUS_MASK);
+    }
+
+    private static boolean sendReport(String kind, int number) {
         synchronized (REPORT_LOCK) {
             if (reported) {
                 return false;
@@ -351,7 +396,7 @@ public final class JavaZygote {
         }
         releaseFiles();
         long[] now = usage();
-        String line = "exit " + (status & EXIT_STATUS_MASK) + " " + (now[0] - usageBefore[0]) + " " + now[1] + "\n";
+        String line = kind + " " + number + " " + (now[0] - usageBefore[0]) + " " + now[1] + "\n";
         return report(line.getBytes(StandardCharsets.US_ASCII));
     }
 
@@ -426,8 +471,8 @@ public final class JavaZygote {
         }
     }
 
-    /** The runner killed the test's processes (its deadline): this JVM, running the test,
-     * goes too, at once, rather than after the runner's grace second. */
+    /** The runner killed the test's processes (its deadline): the test, running in this JVM,
+     * is reported killed at once, rather than after the runner's grace second. */
     private static void watchSentinels() {
         for (;;) {
             long sentinel;
@@ -438,7 +483,14 @@ public final class JavaZygote {
             }
             awaitSentinel(sentinel);
             if (testRunning && currentSentinel == sentinel) {
-                haltNow(137);
+                // Reported as the Python zygote reports a killed test, then no more tests here
+                // (the test's thread runs on until the runner kills this JVM, before its next
+                // test). Not halting: a zygote gone while the runner waits for its report can
+                // be reaped before the report is read.
+                testRunning = false;
+                sendReport("signal", 9);
+                retire();
+                parkForever();
             }
         }
     }
@@ -467,6 +519,13 @@ public final class JavaZygote {
         PrintStream err = System.err;
         System.setErr(new PrintStream(OutputStream.nullOutputStream())); // its deprecation warning
         try {
+            // A policy that permits everything, set first: the JDK's own would read its policy
+            // files (~40 ms) only to be told the same.
+            Policy.setPolicy(new Policy() {
+                @Override public boolean implies(ProtectionDomain domain, Permission permission) {
+                    return true;
+                }
+            });
             System.setSecurityManager(new Guard());
         } finally {
             System.setErr(err);
