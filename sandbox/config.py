@@ -37,6 +37,10 @@ def _default_max_sessions() -> int:
 SESSION_BUDGET_MB = 12
 
 
+def _default_compiles() -> int:
+    return max(1, os.cpu_count() or 1)
+
+
 def _default_concurrency() -> int:
     # Each container gets one CPU; starting one through dockerd costs ~0.25 s of CPU too.
     # Twice the cores keeps the CPUs busy without an unbounded pile-up (the rest queue).
@@ -175,6 +179,13 @@ class Settings(BaseSettings):
         default_factory=_default_concurrency, ge=1,
         description="Containers running at once; further requests wait in a queue.",
         json_schema_extra={"shown_default": "2 x CPU cores"})
+    max_compiles: int = Field(
+        default_factory=_default_compiles, ge=1,
+        description="Compiles running at once (each has one CPU); others wait their turn, their "
+                    "compile_timeout starting only then: more at once would only slow each "
+                    "other down, and a compile past its timeout under load is scored as the "
+                    "program's compile error.",
+        json_schema_extra={"shown_default": "CPU cores"})
     max_queue: int = Field(
         1024, ge=0, description="Requests that may wait for a sandbox; beyond it: HTTP 504 at once.")
     queue_timeout_s: float = Field(

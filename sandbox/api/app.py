@@ -65,7 +65,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     cache = CompileCache(settings.compile_cache_mb << 20) if settings.compile_cache_mb else None
     engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache,
-                    max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s)
+                    max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s,
+                    max_compiles=settings.max_compiles)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

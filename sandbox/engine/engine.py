@@ -35,13 +35,16 @@ class Overloaded(RuntimeError):
 class Engine:
     def __init__(self, backend: Backend, max_concurrency: int,
                  compile_cache: CompileCache | None = None, max_queue: int = 1024,
-                 queue_timeout_s: float = 9.0) -> None:
+                 queue_timeout_s: float = 9.0, max_compiles: int | None = None) -> None:
         self.backend = backend
         self.max_concurrency = max_concurrency
         self.compile_cache = compile_cache
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
         self._gate = asyncio.Semaphore(max_concurrency)
+        # Compiles are CPU-bound (one CPU each): more at once than cores only makes each take
+        # longer, until some pass their timeout. The timeout counts from the compile's start.
+        self._compiling = asyncio.Semaphore(max_compiles or max_concurrency)
         self.waiting = 0
         self.running = 0
         # Called with the seconds from asking the backend for a sandbox to having it (metrics).
@@ -206,7 +209,9 @@ class Engine:
         await box.write_files(inputs)
         if spec.compile is None:
             return True, None
-        result.compile = await box.execute(spec.compile, b"", limits.compile_timeout_s, limits.output_bytes)
+        async with self._compiling:
+            result.compile = await box.execute(spec.compile, b"", limits.compile_timeout_s,
+                                               limits.output_bytes)
         if not result.compile.ok:
             await self._note_memory(box, result, job)
             if want_artifacts and _deterministic_failure(result):

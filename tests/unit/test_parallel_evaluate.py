@@ -6,6 +6,7 @@ sandbox, a sandbox failure, giving slots back, and no deadlock under many reques
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from contextlib import asynccontextmanager
 
@@ -33,8 +34,14 @@ class FakeBox:
         self.files.update(files)
 
     async def execute(self, argv, stdin, timeout_s, output_limit):
-        self.backend.compiles += 1
+        backend = self.backend
+        if "main" in self.files:  # the run step of /run_code
+            return StepResult(StepStatus.FINISHED, 0, 0.01)
+        backend.compiles += 1
+        backend.compiling += 1
+        backend.most_compiling = max(backend.most_compiling, backend.compiling)
         await asyncio.sleep(0.01)
+        backend.compiling -= 1
         self.files["main"] = b"binary"
         return StepResult(StepStatus.FINISHED, 0, 0.01)
 
@@ -94,6 +101,7 @@ class FakeBackend:
 
     def __init__(self) -> None:
         self.opened = self.compiles = self.busy = self.most_busy = 0
+        self.compiling = self.most_compiling = 0
         self.ran: list[tuple[str, bytes]] = []
         self.zygote_start_s = 0.0
 
@@ -311,3 +319,19 @@ def test_evaluations_that_want_more_share_the_free_slots():
     results, backend = asyncio.run(scenario())
     assert [r.sandboxes for r in results] == [2, 2]  # not 3 and 1
     assert backend.most_busy == 4
+
+
+def test_compiles_beyond_the_cap_wait_their_turn():
+    """More compiles than cores at once only slow each other past their timeouts: at most
+    max_compiles run at once, the others wait (their timeout starts when they do)."""
+    async def scenario():
+        backend = FakeBackend()
+        engine = Engine(backend, max_concurrency=8, max_compiles=2)
+        jobs = [evaluation([f"ok {i}"], "cpp").job for i in range(6)]
+        jobs = [dataclasses.replace(job, code=f"program {i}") for i, job in enumerate(jobs)]
+        results = await asyncio.gather(*(engine.run(job) for job in jobs))
+        return results, backend
+
+    results, backend = asyncio.run(scenario())
+    assert all(r.compile.ok for r in results)
+    assert backend.compiles == 6 and backend.most_compiling == 2
