@@ -15,6 +15,7 @@ install or configure.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -111,7 +112,7 @@ class GpuEdits:
         config["mounts"] = mounts
         hooks = {phase: list(entries) for phase, entries in config.get("hooks", {}).items()}
         for phase, hook in self.hooks:
-            hooks.setdefault(phase, []).append(json.loads(json.dumps(hook)))
+            hooks.setdefault(phase, []).append(copy.deepcopy(hook))
         if hooks:
             config["hooks"] = hooks
         gids = [gid for gid in self.additional_gids if gid]

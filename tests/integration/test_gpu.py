@@ -183,6 +183,7 @@ def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runti
     for node in ("/dev/fuse", "/dev/loop-control"):
         if not Path(node).exists():
             pytest.skip(f"this host has no {node} to stand in for a GPU's device node")
+    from sandbox.engine.backends.rootfs import roots_in_use
     from sandbox.engine.backends.select import choose_backend
 
     lib = tmp_path / "libcuda.so.999.0"
@@ -201,21 +202,33 @@ def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runti
     spec = RuntimeSpec.model_validate({**bash.model_dump(exclude={"language", "aliases"}),
                                        "language": "fake_gpu", "gpu": True})
 
-    def job(gpu: bool) -> Job:
+    def job(gpu: bool, code: str = PROBE) -> Job:
         limits = Limits(compile_timeout_s=10, run_timeout_s=10, memory_mb=256, cpus=1.0, pids=64,
                         workdir_mb=16, output_bytes=1 << 16, fetch_bytes=0, gpu=gpu)
-        return Job(spec=spec if gpu else bash, code=PROBE, stdin=b"", files={}, fetch_files=(),
+        return Job(spec=spec if gpu else bash, code=code, stdin=b"", files={}, fetch_files=(),
                    limits=limits)
 
-    async def both() -> tuple:
+    shared_entry = backend.rootfs.prepare(bash.image)[0].parent
+
+    async def runs() -> tuple:
         engine = Engine(backend, max_concurrency=2)
         try:
             await backend.remove_leftovers()
-            return await engine.run(job(True)), await engine.run(job(False))
+            with_gpu, without = await engine.run(job(True)), await engine.run(job(False))
+            # While a GPU sandbox runs, the shared root under its overlay counts as in use: a
+            # `make images` prune keeps it.
+            sleeper = asyncio.create_task(engine.run(job(True, "sleep 3")))
+            seen: set[str] = set()
+            while not sleeper.done() and shared_entry.name not in seen:
+                seen = {path.name for path in roots_in_use(Settings().run_dir)}
+                await asyncio.sleep(0.1)
+            await sleeper
+            return with_gpu, without, seen
         finally:
             await backend.close()
 
-    with_gpu, without = asyncio.run(both())
+    with_gpu, without, in_use = asyncio.run(runs())
+    assert shared_entry.name in in_use
     assert with_gpu.run is not None and not with_gpu.error, with_gpu
     # The spec's environment, its driver file, what its hook wrote into the root; its node,
     # opened through the cgroup rule made for it (the one with none is refused); the root
@@ -229,7 +242,7 @@ def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runti
         "env  ", "lib  ", "/dev/nvidia-fake0 absent", "/dev/nvidia-fake1 absent", "root read-only",
         "uid 65534"]
     # The hook and the mount points wrote into the sandbox's own root, not the image's shared one.
-    rootfs, _ = backend.rootfs.prepare(bash.image)
+    rootfs = shared_entry / "rootfs"
     assert not os.path.lexists(rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.1")
     assert not os.path.lexists(rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.999.0")
     assert not os.path.lexists(rootfs / "etc/ld.so.conf.d/000-fake-gpu.conf")

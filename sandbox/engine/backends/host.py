@@ -38,14 +38,16 @@ def _umount(target: Path) -> None:
     _libc.umount2(str(target).encode(), MNT_DETACH)
 
 
-GPU_ROOT = "gpu-root"  # a GPU sandbox's own root: an overlay on the image's, in a small tmpfs
+# A GPU sandbox's own root, an overlay on the image's in a small tmpfs: gpu-root/<entry>/rootfs.
+GPU_ROOT = "gpu-root"
 
 
 def _umount_bundle(bundle_dir: Path) -> None:
     """Unmount a job's work directory (and a session's control folder, a GPU sandbox's root),
     then its bundle's tmpfs if it has one (else umount2 refuses a folder that is not a mount
     point: no-op)."""
-    _umount(bundle_dir / GPU_ROOT / "root")
+    for root in (bundle_dir / GPU_ROOT).glob("*/rootfs"):
+        _umount(root)
     _umount(bundle_dir / GPU_ROOT)
     _umount(bundle_dir / "work")
     _umount(bundle_dir / "control")

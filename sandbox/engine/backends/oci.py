@@ -391,8 +391,9 @@ class OciBackend:
         bundle_dir = self.run_dir / job_id
         # A GPU sandbox's runtime creates the mount points of the driver's files in its root,
         # and NVIDIA's hooks write there: it gets a root of its own, the image's shared one
-        # overlaid with a small tmpfs, gone with the sandbox.
-        own_root = bundle_dir / GPU_ROOT / "root" if limits.gpu else None
+        # overlaid with a small tmpfs, gone with the sandbox. Its path ends like the shared
+        # root's (<store entry>/rootfs): roots_in_use() still sees which root it runs from.
+        own_root = bundle_dir / GPU_ROOT / rootfs.parent.name / "rootfs" if limits.gpu else None
         box = OciSandbox(self, job_id, own_root or rootfs, env, limits)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
         try:
@@ -406,11 +407,11 @@ class OciBackend:
             box.workdir.mkdir()
             _mount_tmpfs(box.workdir, f"size={size_mb}m,mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}")
             if own_root is not None:
-                layer = own_root.parent
+                layer = bundle_dir / GPU_ROOT
                 layer.mkdir()
                 _mount_tmpfs(layer, f"size={GPU_ROOT_TMPFS_MB}m,mode=0700")
                 for folder in (own_root, layer / "upper", layer / "scratch"):
-                    folder.mkdir()
+                    folder.mkdir(parents=True)
                 _mount_overlay(own_root, rootfs, layer / "upper", layer / "scratch")
         except OSError as exc:
             _umount_bundle(box.bundle_dir)
