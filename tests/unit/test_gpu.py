@@ -360,3 +360,44 @@ def test_a_cuda_project_request_becomes_a_gpu_job():
     assert job.limits.gpu and job.inputs == {"CMakeLists.txt": b"project(main)", "main.cu": b"x"}
     python = build_job(RunCodeRequest(code="print(1)", language="python"), registry, Settings())
     assert not python.limits.gpu
+
+
+class GpuBackendWithoutItsImage:
+    """A docker-like backend with GPUs whose GPU image is not built (enough for start-up)."""
+
+    name = "docker"
+
+    def __init__(self):
+        self.gpu = gpu.GpuAccess(summary="every GPU through the Docker daemon's NVIDIA runtime")
+
+    async def remove_leftovers(self):
+        return 0
+
+    async def missing_images(self, images):
+        return [image for image in images if image == "sandbox-cuda:1"]
+
+    async def close(self):
+        pass
+
+
+def test_with_gpus_but_without_the_gpu_image_a_gpu_id_says_how_to_build_it(tmp_path):
+    app = create_app(Settings(run_dir=tmp_path / "run", audit_log="off"),
+                     backend=GpuBackendWithoutItsImage())
+    with TestClient(app) as client:  # start-up runs: it finds the image missing
+        body = client.post("/run_code", json={"code": "", "language": "python_gpu"}).json()
+    assert body["status"] == "SandboxError" and body["error_kind"] == "language_unavailable"
+    assert "sandbox-cuda:1 is not built on this server" in body["message"]
+    assert 'make images LANGS="cuda python_gpu"' in body["message"]
+
+
+def test_with_gpus_and_the_gpu_image_the_gpu_ids_are_served(tmp_path, monkeypatch):
+    backend = GpuBackendWithoutItsImage()
+
+    async def nothing_missing(images):
+        return []
+
+    monkeypatch.setattr(backend, "missing_images", nothing_missing)
+    app = create_app(Settings(run_dir=tmp_path / "run", audit_log="off"), backend=backend)
+    with TestClient(app):
+        served = app.state.services.registry
+        assert served.get("cuda").unavailable is None and served.get("python_gpu").buildable
