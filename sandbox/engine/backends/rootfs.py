@@ -229,6 +229,8 @@ class RootfsStore:
             return [], []
         removed, kept = [], []
         recent = time.time() - 2 * self.TAG_TTL_S
+        # By name: a GPU sandbox runs from an overlay at .../<entry name>/rootfs (oci.py).
+        in_use_names = {path.name for path in in_use}
         for entry in self.root.glob("*"):
             if entry.name in tagged or ".partial-" in entry.name:
                 continue
@@ -236,8 +238,7 @@ class RootfsStore:
                 used_lately = (entry / USED_MARK).stat().st_mtime > recent
             except OSError:
                 used_lately = False
-            # By name: a GPU sandbox runs from an overlay at .../<entry name>/rootfs (oci.py).
-            if entry.name in {path.name for path in in_use} or used_lately:
+            if entry.name in in_use_names or used_lately:
                 kept.append(entry.name)
                 continue
             shutil.rmtree(entry, ignore_errors=True)
