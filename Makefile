@@ -2,6 +2,8 @@
 #               make test    (installs, builds the images, runs the whole suite)
 PYTHON ?= python3
 VENV   ?= .venv
+# make images LANGS="cpp python": those images only. The GPU image (cuda, python_gpu; ~10 GB)
+# is built only when named: make images LANGS="cuda python_gpu"
 LANGS  ?=
 # make images JOBS=1: one image at a time (default 3)
 JOBS   ?=

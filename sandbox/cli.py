@@ -55,7 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     images = sub.add_parser("images", parents=[common], help="build or list the language images")
     images_sub = images.add_subparsers(dest="images_command", required=True)
     build = images_sub.add_parser("build", help="build the base and language images")
-    build.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    build.add_argument("languages", nargs="*",
+                       help="only these languages (default: all but the GPU ones, cuda and "
+                            "python_gpu, whose image is built only when named)")
     build.add_argument("--jobs", type=int, default=None,
                        help="images built at once (default: 3; Makefile: JOBS=)")
     images_sub.add_parser("list", help="show each language's image and toolchain version")
@@ -63,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
         "export-rootfs", help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
                               "(the oci backend without Docker)")
     export.add_argument("dest", type=Path, help="folder to write (one subfolder per image)")
-    export.add_argument("languages", nargs="*", help="only these languages (default: all)")
+    export.add_argument("languages", nargs="*",
+                        help="only these languages (default: all but the GPU ones)")
     export.add_argument("--metadata-only", action="store_true",
                         help="write only each image's image.json (reference, id, environment); "
                              "the server image build copies the roots itself")

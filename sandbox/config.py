@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -250,6 +251,15 @@ class Settings(BaseSettings):
                     "other request is waiting for, and gives each back after its current test "
                     "once a request waits; 1 runs every request's tests in one sandbox.")
     network: bool = Field(False, description="Give sandboxes a network. Leave off.")
+    gpus: str = Field(
+        "auto",
+        description="NVIDIA GPUs the `cuda` and `python_gpu` sandboxes get (no other sandbox "
+                    "gets any), decided at start-up: `auto` every GPU when the host's NVIDIA "
+                    "setup is found (oci backend: a CDI spec of kind nvidia.com/gpu in /etc/cdi "
+                    "or /var/run/cdi; docker backend: the daemon's NVIDIA runtime), `all` the "
+                    "same but a missing setup is logged as an error, `none` no GPUs, or device "
+                    "names such as `0,1` (CDI device names or GPU UUIDs). Without GPUs those "
+                    "ids answer a SandboxError saying what is missing (docs/deployment.md#gpu-hosts).")
     instance: str = Field(
         "default",
         description="Name of this server among those sharing one Docker daemon; at start-up "
@@ -317,6 +327,19 @@ class Settings(BaseSettings):
         if not value:
             raise ValueError("must be `off`, `stdout` or a file path")
         return value
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpu_selection(cls, value: str) -> str:
+        value = value.strip()
+        if value.lower() in ("auto", "all", "none"):
+            return value.lower()
+        names = [name.strip() for name in value.split(",")]
+        # CDI device names: letters, digits and _.:- (indexes "0", MIG "0:1", "GPU-<uuid>").
+        if not all(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", name) for name in names):
+            raise ValueError("must be `auto`, `all`, `none` or device names separated by "
+                             "commas (`0,1`, `GPU-<uuid>`)")
+        return ",".join(names)
 
     @field_validator("api_key")
     @classmethod

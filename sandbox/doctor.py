@@ -203,6 +203,8 @@ class Doctor:
             if not spec.buildable:
                 self.add(OK, f"{spec.language}: not served here ({spec.unavailable})")
                 continue
+            if spec.gpu:
+                continue  # opt-in images: check_gpu
             try:
                 labels = self.docker.api.inspect_image(spec.image)["Config"]["Labels"] or {}
             except docker.errors.ImageNotFound:
@@ -270,6 +272,40 @@ class Doctor:
         else:
             self.add(PROBLEM, f"{spec.language} smoke test failed on {label}: {problem}",
                      "read the error above; `make images` rebuilds the images and smoke-tests them")
+
+    def check_gpu(self) -> None:
+        """GPU sandboxes (cuda, python_gpu): whether the backend gets the host's GPUs, and
+        whether their opt-in image is built. Never blocking: other languages serve anyway."""
+        from .engine.gpu import docker_gpu_access, oci_gpu_access
+
+        if self.registry is None or self.backend_name is None:
+            return
+        languages = [spec.language for spec in self.registry if spec.gpu and spec.buildable]
+        if not languages:
+            return
+        names = ", ".join(languages)
+        if self.backend_name == "oci":
+            access = oci_gpu_access(self.settings.gpus)
+        elif self.docker is not None:
+            access = docker_gpu_access(self.settings.gpus, self.docker)
+        else:
+            return  # no daemon: reported by check_docker
+        if not access.available:
+            # `auto` on a host without GPUs is the normal case; GPUs asked for by name are not.
+            self.add(OK if self.settings.gpus in ("auto", "none") else WARN,
+                     f"GPU sandboxes ({names}): not available; they answer a SandboxError "
+                     f"saying so. Why: {access.problem}")
+            return
+        self.add(OK, f"GPU sandboxes ({names}) on {self.backend_name}: {access.summary}")
+        if self.docker is None:
+            return
+        for image in self.registry.gpu_images:
+            if _image_present(self.docker, image):
+                self.add(OK, f"GPU image {image} ({names}) is built")
+            else:
+                self.add(WARN, f"GPU image {image} ({names}) is not built: those languages answer "
+                         f"a SandboxError", f"make images LANGS=\"{' '.join(languages)}\" "
+                         f"(about 10 GB), then restart the server")
 
     def check_dirs(self) -> None:
         blocking = self.backend_name == "oci"
@@ -340,6 +376,7 @@ class Doctor:
         self.check_cgroups()
         self.check_images()
         self.check_backend()
+        self.check_gpu()
         self.check_dirs()
         self.check_sessions()
         for check in self.checks:

@@ -36,6 +36,8 @@ LABEL_PREFIX = "llm-sandbox"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # Language images built at once (`sandbox images build --jobs N`, `make images JOBS=N`).
 DEFAULT_BUILD_JOBS = 3
+# images/cuda, estimated from its packages' sizes (README: Languages).
+GPU_IMAGE_SIZE = "10 GB"
 
 
 class BuildFailed(RuntimeError):
@@ -204,15 +206,20 @@ def build_image(client: docker.DockerClient, image: str, specs: list[RuntimeSpec
     return versions
 
 
-async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[str, str]:
-    """Run each runtime's smoke program through every backend this host can run; return failures."""
+async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings,
+                     skipped: set[str] | None = None) -> dict[str, str]:
+    """Run each runtime's smoke program through every backend this host can run; return
+    failures. GPU runtimes on a backend without GPUs are left out (added to ``skipped``)."""
     from .engine import Engine
     from .engine.backends.docker import DockerBackend
     from .engine.backends.oci import OciBackend
     from .engine.backends.select import BackendUnavailable, choose_backend
+    from .engine.gpu import NOT_CHECKED, docker_gpu_access
 
     instance = f"{settings.instance}-imagebuild"
-    backends = [DockerBackend(instance=instance)]
+    specs = list(specs)
+    gpu = docker_gpu_access(settings.gpus) if any(spec.gpu for spec in specs) else NOT_CHECKED
+    backends = [DockerBackend(instance=instance, gpu=gpu)]
     try:
         chosen = choose_backend(settings.model_copy(update={"instance": instance}))
         if isinstance(chosen, OciBackend):
@@ -226,6 +233,12 @@ async def smoke_test(specs: Iterable[RuntimeSpec], settings: Settings) -> dict[s
         label = getattr(backend, "description", backend.name)
 
         async def probe(spec: RuntimeSpec) -> None:
+            if spec.gpu and not backend.gpu.available:
+                # Not a failure: a GPU image can be built anywhere, but runs only on a GPU host.
+                say(f"[{spec.language}] smoke test skipped on {label}: {backend.gpu.problem}")
+                if skipped is not None:
+                    skipped.add(spec.language)
+                return
             problem = await engine.probe(spec)
             if problem:
                 failures[spec.language] = f"{label}: {problem}"
@@ -256,8 +269,9 @@ def _prune_unpacked_roots(settings: Settings) -> None:
 
 
 def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec] | None:
-    """The runnable specs of ``languages`` (all when none), or None after saying which is
-    unknown. Ids that cannot run here (`unavailable`) are named, with why, and left out."""
+    """The runnable specs of ``languages`` (when none: all but the GPU ones, whose images are
+    big and built only when named), or None after saying which is unknown. Ids that cannot run
+    here (`unavailable`) are named, with why, and left out."""
     registry = RuntimeRegistry.load(settings.runtimes_dir)
     try:
         specs = [registry.get(lang) for lang in (languages or registry.languages)]
@@ -267,6 +281,12 @@ def _specs(languages: list[str] | None, settings: Settings) -> list[RuntimeSpec]
     for spec in specs:
         if not spec.buildable:
             say(f"[{spec.language}] no image: {spec.unavailable}")
+    if not languages:
+        gpu = [spec.language for spec in specs if spec.gpu]
+        if gpu:
+            say(f"[{'/'.join(gpu)}] GPU image not built by default (about {GPU_IMAGE_SIZE}): "
+                f"make images LANGS=\"{' '.join(gpu)}\"")
+        specs = [spec for spec in specs if not spec.gpu]
     return list({spec.language: spec for spec in specs if spec.buildable}.values())
 
 
@@ -317,11 +337,14 @@ def build_images(languages: list[str] | None, settings: Settings, jobs: int = DE
     except BuildFailed as exc:
         say(str(exc))
         return 1
-    failures = asyncio.run(smoke_test(specs, settings))
+    skipped: set[str] = set()
+    failures = asyncio.run(smoke_test(specs, settings, skipped))
     _prune_unpacked_roots(settings)
     say("")
     for spec in specs:
         mark = "FAILED" if spec.language in failures else "ok"
+        if spec.language in skipped and spec.language not in failures:
+            mark = "skipped on a backend without GPUs"
         say(f"  {spec.language:14} {spec.image:20} {versions[spec.language]:48} smoke: {mark}")
     return 1 if failures else 0
 

@@ -19,6 +19,8 @@ class SmokeTest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     code: str
     stdin: str = ""
+    files: dict[str, str] = Field(
+        default_factory=dict, description="Text files beside the code (a project runtime's).")
     stdout: str | None = None
     stdout_contains: str | None = None
     stderr_contains: str | None = None
@@ -51,12 +53,19 @@ class RuntimeSpec(BaseModel):
         None, description="Why this id cannot run on any host this project builds for (no "
                           "reachable registry carries its toolchain); requests get this as a "
                           "SandboxError. Such a spec has no image.")
-    gpu: bool = Field(False, description="Needs an NVIDIA GPU through the NVIDIA container "
-                                         "runtime (docker backend); elsewhere a SandboxError.")
+    gpu: bool = Field(False, description="Runs with the host's NVIDIA GPUs passed through "
+                                         "(sandbox/engine/gpu.py); on a server without them its "
+                                         "requests answer a SandboxError saying what is missing. "
+                                         "Its image is big and built only when named "
+                                         "(`make images LANGS=...`).")
     image: str = Field("", description="Image reference, e.g. sandbox-python:1.")
     dockerfile: str = Field("", description="Build context folder, relative to the repository root.")
     source: str = Field("main", pattern=r"^[A-Za-z0-9_.-]+$",
                         description="File name the code is written to.")
+    project: bool = Field(
+        False, description="The request's `files` are the program, a whole project "
+                           "(SandboxFusion's cuda, python_gpu): the code is written to `source` "
+                           "only when it is not empty and `files` holds no such file.")
     compile: tuple[str, ...] | None = Field(None, description="argv of the compile step, if any.")
     std: dict[str, tuple[str, ...]] | None = Field(
         None, description="Standards a request may choose (`std`): name -> the compile flags "
@@ -167,8 +176,22 @@ class RuntimeRegistry:
 
     @property
     def images(self) -> list[str]:
-        """Every image the runnable languages need, once each (several ids share one)."""
-        return list(dict.fromkeys(spec.image for spec in self._specs.values() if spec.buildable))
+        """Every image the runnable languages need, once each (several ids share one). GPU
+        images are not among them: they are opt-in (``gpu_images``)."""
+        return list(dict.fromkeys(spec.image for spec in self._specs.values()
+                                  if spec.buildable and not spec.gpu))
+
+    @property
+    def gpu_images(self) -> list[str]:
+        """The images of the runnable GPU languages: built only when asked for by name."""
+        return list(dict.fromkeys(spec.image for spec in self._specs.values()
+                                  if spec.buildable and spec.gpu))
+
+    def without_gpus(self, reason: str) -> "RuntimeRegistry":
+        """This catalogue on a server whose sandboxes get no GPU: the `gpu` languages answer
+        ``reason`` as a SandboxError, like any language that cannot run here."""
+        return RuntimeRegistry({name: spec.model_copy(update={"unavailable": reason}) if spec.gpu
+                                else spec for name, spec in self._specs.items()})
 
     @property
     def runnable(self) -> list[RuntimeSpec]:

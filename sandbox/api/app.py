@@ -60,13 +60,29 @@ async def _services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(_services)]
 
 
+def gpu_problem(backend: Backend) -> str | None:
+    """Why ``backend``'s sandboxes get no GPU, or None when GPU sandboxes can run."""
+    access = getattr(backend, "gpu", None)
+    if access is None:
+        return f"the {backend.name} backend here passes no GPU through"
+    return access.problem
+
+
+def served_registry(registry: RuntimeRegistry, backend: Backend) -> RuntimeRegistry:
+    """The catalogue as this server serves it: without GPU passthrough, GPU languages answer
+    why as a SandboxError (decided once, at start-up)."""
+    problem = gpu_problem(backend)
+    return registry if problem is None else registry.without_gpus(problem)
+
+
 def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
     settings = settings or get_settings()
-    registry = RuntimeRegistry.load(settings.runtimes_dir)
+    all_languages = RuntimeRegistry.load(settings.runtimes_dir)
     cache = CompileCache(settings.compile_cache_mb << 20) if settings.compile_cache_mb else None
     engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache,
                     max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s,
                     max_compiles=settings.max_compiles)
+    registry = served_registry(all_languages, engine.backend)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -86,7 +102,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
                             "SandboxError until then)", ", ".join(missing))
-            probe_spec = next((s for s in registry.runnable if s.image not in missing), None)
+            # A GPU language's sandbox needs a GPU: not the one to try the backend with.
+            probe_spec = next((s for s in registry.runnable if not s.gpu and s.image not in missing),
+                              None)
+            warm = False
             if engine.backend.name == "oci" and probe_spec is None:
                 log.error("no language image is built; run `make images`")
             elif engine.backend.name == "oci":
@@ -94,13 +113,17 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 if problem and backend is None and settings.backend == "auto":
                     log.warning("oci backend failed its probe (%s); using the docker backend", problem)
                     engine.backend = make_docker(settings)
+                    app.state.services.registry = served_registry(all_languages, engine.backend)
                     if alone:
                         await engine.backend.remove_leftovers()
                 elif problem:
                     log.error("oci backend failed its probe: %s", problem)
                     app.state.services.backend_problem = problem
                 else:
-                    warming = asyncio.create_task(engine.backend.warm(registry.images))
+                    warm = True
+            gpu_images = await _check_gpu_languages(app, all_languages, engine.backend, settings)
+            if warm:
+                warming = asyncio.create_task(engine.backend.warm(registry.images + gpu_images))
         except BackendError as exc:
             log.error("container backend not ready: %s", exc)
         log.info("serving %s with the %s backend, %d sandboxes at once",
@@ -261,6 +284,33 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
 
     app.openapi = openapi_with_languages
     return app
+
+
+async def _check_gpu_languages(app: FastAPI, all_languages: RuntimeRegistry, backend: Backend,
+                               settings: Settings) -> list[str]:
+    """Say at start-up what GPU sandboxes get here; return the GPU images to serve. With GPUs
+    but without the (opt-in) GPU images, the GPU languages answer that as a SandboxError (a
+    restart after the build serves them)."""
+    gpu_languages = [spec.language for spec in all_languages if spec.gpu]
+    if not gpu_languages:
+        return []
+    languages = ", ".join(gpu_languages)
+    problem = gpu_problem(backend)
+    if problem is not None:
+        # Asked for GPUs by name (`all`, ids) and not getting them is the operator's error.
+        report = log.info if settings.gpus in ("auto", "none") else log.error
+        report("GPU languages (%s) unavailable: %s", languages, problem)
+        return []
+    missing = await backend.missing_images(all_languages.gpu_images)
+    if missing:
+        reason = (f"its image {', '.join(missing)} is not built on this server: GPU images "
+                  f"are opt-in (`make images LANGS=\"{' '.join(gpu_languages)}\"`, then "
+                  f"restart the server)")
+        log.warning("GPU languages (%s) unavailable: %s", languages, reason)
+        app.state.services.registry = app.state.services.registry.without_gpus(reason)
+        return []
+    log.info("GPU languages (%s) served with %s", languages, backend.gpu.summary)
+    return all_languages.gpu_images
 
 
 def jsonable_errors(exc: RequestValidationError) -> list[dict]:

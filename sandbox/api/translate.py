@@ -91,12 +91,15 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         output_bytes=allowed.output_limit_bytes,
         fetch_bytes=settings.max_fetch_bytes,
         network=settings.network,
+        gpu=spec.gpu,
     )
     _check_utf8(req)
     try:
         files = _decode_files(req.files, settings, assets)
         fetch = tuple(dict.fromkeys(confine(p) for p in req.fetch_files))
-        check_no_overlap(list(files), spec.source)
+        # A project's files may hold its source file themselves (then the code is not written).
+        code_file = spec.source if not spec.project or (req.code and spec.source not in files) else ""
+        check_no_overlap(list(files), code_file)
         if needs_mnt_folder(fetch) and not needs_mnt_folder(files):
             files[f"{MNT_FOLDER}/"] = b""  # /mnt exists for the program to write into
     except UnsafePath as exc:

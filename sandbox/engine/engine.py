@@ -179,8 +179,9 @@ class Engine:
     async def probe(self, spec: RuntimeSpec) -> str | None:
         """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
         limits = Limits(compile_timeout_s=60, run_timeout_s=30, memory_mb=spec.memory_mb, cpus=1.0,
-                        pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0)
-        job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files={},
+                        pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0, gpu=spec.gpu)
+        files = {name: text.encode() for name, text in spec.smoke.files.items()}
+        job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files=files,
                   fetch_files=(), limits=limits)
         result, _ = await self._admitted(job, cached=None)
         if result.error:
@@ -201,7 +202,7 @@ class Engine:
 
         Returns (compiled fine, compile cache entry to store or None)."""
         limits, spec = job.limits, job.spec
-        inputs = {**job.files, spec.source: job.code.encode()}
+        inputs = job.inputs
         if cached is not None:
             await box.write_files({**inputs, **cached.artifacts}, cached.executables)
             result.compile = _replayed(cached)

@@ -28,6 +28,7 @@ class Limits:
     output_bytes: int
     fetch_bytes: int
     network: bool = False
+    gpu: bool = False   # the host's GPUs passed through (runtimes with `gpu = true` only)
 
 
 def stack_limit_bytes(memory_mb: int) -> int:
@@ -45,6 +46,16 @@ class Job:
     files: dict[str, bytes]        # confined relative path -> content
     fetch_files: tuple[str, ...]   # confined relative paths
     limits: Limits
+
+    @property
+    def inputs(self) -> dict[str, bytes]:
+        """What the work directory starts with: the files, and the code as the spec's source.
+        A project runtime (cuda, python_gpu) is its files; the code is its source file only
+        when it is not empty and the files do not hold one already."""
+        source = self.spec.source
+        if self.spec.project and (not self.code or source in self.files):
+            return dict(self.files)
+        return {**self.files, source: self.code.encode()}
 
 
 @dataclass

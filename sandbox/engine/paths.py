@@ -71,7 +71,8 @@ def confine(path: str) -> str:
 
 
 def check_no_overlap(paths: list[str], reserved: str) -> None:
-    """Refuse file sets that cannot all exist: a name used as both file and directory, or the source file."""
+    """Refuse file sets that cannot all exist: a name used as both file and directory, or the
+    source file ``reserved`` ("": the code writes no file of its own)."""
     seen = set(paths)
     for p in paths:
         if p == reserved:

@@ -10,8 +10,10 @@ SANDBOXFUSION_IDS = {
     "python", "cpp", "nodejs", "go", "go_test", "java", "php", "csharp", "bash", "typescript",
     "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
     "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
-# No toolchain reachable (julia, lean) or no GPU support yet: a clear SandboxError.
-UNAVAILABLE = {"julia", "lean", "cuda", "python_gpu"}
+# No toolchain reachable: a clear SandboxError.
+UNAVAILABLE = {"julia", "lean"}
+# Need the host's GPUs; their image is opt-in (not among the images every server needs).
+GPU = {"cuda", "python_gpu"}
 
 
 def test_every_sandboxfusion_id_has_a_spec_with_an_image_or_a_reason():
@@ -24,6 +26,7 @@ def test_every_sandboxfusion_id_has_a_spec_with_an_image_or_a_reason():
         assert spec.buildable and spec.smoke is not None
         assert spec.memory_mb == EXPECTED_DEFAULTS.get(spec.language, spec.memory_mb)
         assert (REPO_ROOT / spec.dockerfile / "Dockerfile").is_file()
+        assert spec.gpu == (spec.language in GPU) and spec.project == (spec.language in GPU)
     assert registry.get("cpp").compiled and not registry.get("python").compiled
     assert registry.get("java").source == "Main.java"
     # Several ids share a toolchain's image.
@@ -31,6 +34,47 @@ def test_every_sandboxfusion_id_has_a_spec_with_an_image_or_a_reason():
     assert {registry.get(x).image for x in ("java", "junit", "scala", "kotlin_script")} == \
         {registry.get("java").image}
     assert len(registry.images) < len(registry.runnable)
+    assert registry.gpu_images == ["sandbox-cuda:1"] and "sandbox-cuda:1" not in registry.images
+    # SandboxFusion's meaning: cmake + make, then ./build/main; compile.py, then run.py.
+    cuda, python_gpu = registry.get("cuda"), registry.get("python_gpu")
+    assert (cuda.compile, cuda.run, cuda.source) == (("cuda-build",), ("./build/main",), "main.cu")
+    assert (python_gpu.compile, python_gpu.run, python_gpu.source) == \
+        (("python3", "compile.py"), ("python3", "run.py"), "run.py")
+    build = (REPO_ROOT / "images" / "cuda" / "cuda-build").read_text().splitlines()
+    assert ["mkdir build", "cd build", "cmake ..", "exec make -j 4"] == build[-4:]
+
+def test_without_gpus_the_gpu_ids_answer_why_and_the_others_are_untouched():
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    served = registry.without_gpus("it needs an NVIDIA GPU")
+    for spec in served:
+        if spec.language in GPU:
+            assert spec.unavailable == "it needs an NVIDIA GPU" and not spec.buildable
+        else:
+            assert spec == registry.get(spec.language)
+    assert served.images == registry.images and served.gpu_images == []
+    assert served.aliases == registry.aliases
+
+
+def _job(spec, code, files):
+    from sandbox.engine.models import Job, Limits
+
+    return Job(spec=spec, code=code, stdin=b"", files=files, fetch_files=(),
+               limits=Limits(10, 10, 256, 1.0, 64, 64, 1 << 20, 0))
+
+
+def test_a_project_runtime_writes_the_code_only_where_the_files_leave_room():
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    cuda, cpp = registry.get("cuda"), registry.get("cpp")
+    cmake = {"CMakeLists.txt": b"project(main)"}
+    # SandboxFusion sends the whole project in `files` and an empty code: nothing else is written.
+    assert _job(cuda, "", {**cmake, "main.cu": b"int main(){}"}).inputs == \
+        {**cmake, "main.cu": b"int main(){}"}
+    assert _job(cuda, "", cmake).inputs == cmake
+    # The code is main.cu when the files have none; the files' own main.cu wins over it.
+    assert _job(cuda, "__global__ void k(){}", cmake).inputs == {**cmake, "main.cu": b"__global__ void k(){}"}
+    assert _job(cuda, "ignored", {"main.cu": b"kept"}).inputs == {"main.cu": b"kept"}
+    # Other runtimes always write the code, empty or not.
+    assert _job(cpp, "", {}).inputs == {"main.cpp": b""}
 
 
 def test_a_spec_without_an_image_must_say_why(tmp_path):

@@ -5,6 +5,7 @@ Error tree (what the engine catches; backend-library errors never cross this bou
     BackendError              the sandbox machinery failed; the program is not to blame
     +-- SandboxUnavailable    the container runtime cannot be reached right now
     +-- ImageMissing          a language image has not been built
+    +-- GpuUnavailable        a GPU sandbox asked of a backend without GPU passthrough
     +-- SandboxEndedByProgram the program destroyed its own sandbox (Docker backend: it can
                               signal the test runner and the container's init)
 """
@@ -32,6 +33,13 @@ class SandboxUnavailable(BackendError):
 
 class SandboxEndedByProgram(BackendError):
     pass
+
+
+class GpuUnavailable(BackendError):
+    """The server answers such requests before they reach a backend (the language is
+    unavailable there); this is the backend's own refusal, for callers that do not ask first."""
+
+    kind = "language_unavailable"
 
 
 class ImageMissing(BackendError):

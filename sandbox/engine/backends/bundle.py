@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ..gpu import GpuAccess
 from ..models import Limits, stack_limit_bytes
 from .base import SANDBOX_UID, WORKDIR
 from .seccomp import SECCOMP_PROFILE
@@ -23,9 +24,10 @@ READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysr
 def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: Limits,
                   workdir: Path, cgroups_path: str, swap_accounting: bool,
                   seccomp_annotations: dict, workdir_writable: bool = True,
-                  extra_mounts: Sequence[dict] = ()) -> dict:
+                  extra_mounts: Sequence[dict] = (), gpu: GpuAccess | None = None) -> dict:
     """config.json for a container running ``args`` as PID 1 over ``workdir`` (at /sandbox).
-    ``extra_mounts``: more bind mounts (a session's control folder)."""
+    ``extra_mounts``: more bind mounts (a session's control folder). ``gpu``: the host's GPUs
+    passed through (a GPU runtime's sandbox only; its ``rootfs`` is a root of its own)."""
     limits = limits
     memory = limits.memory_mb * 1024 * 1024
     stack = stack_limit_bytes(limits.memory_mb)
@@ -37,7 +39,7 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     if not limits.network:
         namespaces.append({"type": "network"})
     seccomp = {} if seccomp_annotations else {"seccomp": SECCOMP_PROFILE}
-    return {
+    config = {
         "ociVersion": "1.0.2",
         "annotations": seccomp_annotations,
         "process": {
@@ -85,3 +87,23 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
             **seccomp,
         },
     }
+    if gpu is not None:
+        with_gpus(config, gpu)
+    return config
+
+
+def with_gpus(config: dict, gpu: GpuAccess) -> None:
+    """Pass the host's GPUs into ``config``: the CDI edits (device nodes and their cgroup
+    rules, the driver's files, environment, hooks), and a root still read-only for the program.
+
+    NVIDIA's createContainer hooks write into the root (the ld.so cache, library symlinks),
+    and the runtime makes a read-only root read-only before hooks run: the root (a writable
+    overlay of the sandbox's own, oci.py) is left writable for them, and a last hook of ours
+    remounts it read-only before the program starts."""
+    if not gpu.available or gpu.edits is None:
+        raise ValueError(f"no GPU passthrough here: {gpu.problem}")
+    gpu.edits.apply(config)
+    config["root"] = {**config["root"], "readonly": False}
+    hooks = config.setdefault("hooks", {})
+    hooks["createContainer"] = [*hooks.get("createContainer", []), {
+        "path": gpu.mount_tool, "args": ["mount", "-o", "remount,bind,ro", config["root"]["path"]]}]

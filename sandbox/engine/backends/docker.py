@@ -23,15 +23,16 @@ from typing import AsyncIterator, Callable, Sequence, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import LogConfig, Ulimit
+from docker.types import DeviceRequest, LogConfig, Ulimit
 
 from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
 from ..output import CappedBuffer
 from .. import tarball
 from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
+from ..gpu import NOT_CHECKED, GpuAccess
 from ..runner_protocol import RUNNER, PipesUnsupported, RunnerGone, TestRun, finish, run_one
-from .base import (SANDBOX_UID, WORKDIR, BackendError, ImageMissing, SandboxEndedByProgram,
-                   SandboxUnavailable)
+from .base import (SANDBOX_UID, WORKDIR, BackendError, GpuUnavailable, ImageMissing,
+                   SandboxEndedByProgram, SandboxUnavailable)
 from .seccomp import SECCOMP_PROFILE_JSON
 
 log = logging.getLogger(__name__)
@@ -342,8 +343,10 @@ class DockerBackend:
     MAX_WARM_KEYS = 16
 
     def __init__(self, instance: str = "default", max_workers: int = 16,
-                 client: docker.DockerClient | None = None, warm_per_key: int = 0) -> None:
+                 client: docker.DockerClient | None = None, warm_per_key: int = 0,
+                 gpu: GpuAccess = NOT_CHECKED) -> None:
         self.instance = instance
+        self.gpu = gpu  # what sandboxes with Limits.gpu get (sandbox/engine/gpu.py)
         self._client = client
         self._max_workers = max_workers
         self._pool = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="docker")
@@ -382,10 +385,10 @@ class DockerBackend:
     def _labels(self) -> dict[str, str]:
         return {LABEL_MANAGED: "1", LABEL_INSTANCE: self.instance}
 
-    def _create(self, image: str, limits: Limits) -> str:
-        api = self.api
+    def host_config_options(self, limits: Limits) -> dict:
+        """The container's HostConfig, as ``create_host_config`` keyword arguments."""
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
-        host_config = api.create_host_config(
+        options = dict(
             read_only=True,
             tmpfs={
                 WORKDIR: f"rw,exec,nosuid,nodev,size={size_mb}m,uid={SANDBOX_UID},gid={SANDBOX_UID},mode=0700",
@@ -407,6 +410,18 @@ class DockerBackend:
             log_config=LogConfig(type=LogConfig.types.NONE),
             shm_size="16m",
         )
+        if limits.gpu:
+            if not self.gpu.available:
+                raise GpuUnavailable(f"GPU sandboxes cannot run here: {self.gpu.problem}")
+            # The daemon's NVIDIA runtime adds the device nodes, driver files and cgroup rules.
+            ids = self.gpu.device_ids
+            options["device_requests"] = [DeviceRequest(
+                count=-1 if ids is None else 0, device_ids=list(ids or []), capabilities=[["gpu"]])]
+        return options
+
+    def _create(self, image: str, limits: Limits) -> str:
+        api = self.api
+        host_config = api.create_host_config(**self.host_config_options(limits))
         try:
             container = api.create_container(
                 image, command=["sleep", "infinity"], user=f"{SANDBOX_UID}:{SANDBOX_UID}",
@@ -459,7 +474,8 @@ class DockerBackend:
         if self.warm_per_key <= 0:
             return None
         # What the container is made with; timeouts and output caps do not matter here.
-        key = (image, limits.memory_mb, limits.cpus, limits.pids, limits.workdir_mb, limits.network)
+        key = (image, limits.memory_mb, limits.cpus, limits.pids, limits.workdir_mb, limits.network,
+               limits.gpu)
         warm = self._warm.pop(key, [])
         self._warm[key] = warm  # most recently used last
         taken = warm.pop(0) if warm else None

@@ -20,13 +20,35 @@ def _mount_tmpfs(target: Path, options: str) -> None:
         raise OSError(err, f"mount tmpfs on {target}: {os.strerror(err)}")
 
 
+def _overlay_option(path: Path) -> str:
+    # overlayfs splits its options at "," and lower layers at ":".
+    return str(path).replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+
+
+def _mount_overlay(target: Path, lower: Path, upper: Path, work: Path) -> None:
+    options = (f"lowerdir={_overlay_option(lower)},upperdir={_overlay_option(upper)},"
+               f"workdir={_overlay_option(work)}")
+    if _libc.mount(b"overlay", str(target).encode(), b"overlay", MS_NOSUID | MS_NODEV,
+                   options.encode()):
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount overlay on {target}: {os.strerror(err)}")
+
+
 def _umount(target: Path) -> None:
     _libc.umount2(str(target).encode(), MNT_DETACH)
 
 
+# A GPU sandbox's own root, an overlay on the image's in a small tmpfs: gpu-root/<entry>/rootfs.
+GPU_ROOT = "gpu-root"
+
+
 def _umount_bundle(bundle_dir: Path) -> None:
-    """Unmount a job's work directory (and a session's control folder), then its bundle's
-    tmpfs if it has one (else umount2 refuses a folder that is not a mount point: no-op)."""
+    """Unmount a job's work directory (and a session's control folder, a GPU sandbox's root),
+    then its bundle's tmpfs if it has one (else umount2 refuses a folder that is not a mount
+    point: no-op)."""
+    for root in (bundle_dir / GPU_ROOT).glob("*/rootfs"):
+        _umount(root)
+    _umount(bundle_dir / GPU_ROOT)
     _umount(bundle_dir / "work")
     _umount(bundle_dir / "control")
     _umount(bundle_dir)

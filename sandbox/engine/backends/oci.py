@@ -40,15 +40,19 @@ from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
-from .base import SANDBOX_UID, BackendError, SandboxUnavailable
+from ..gpu import NOT_CHECKED, GpuAccess
+from .base import SANDBOX_UID, BackendError, GpuUnavailable, SandboxUnavailable
 from .bundle import bundle_config
-from .host import _mount_tmpfs, _on_tmpfs, _swap_accounting, _umount_bundle, hybrid_cgroups
+from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
+                   _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
 
 log = logging.getLogger(__name__)
 
 BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB each)
+# What a GPU sandbox's hooks and mount points add to its own root (the ld.so cache, symlinks).
+GPU_ROOT_TMPFS_MB = 16
 BACKSTOP_GRACE_S = 3.0
 EXIT_WAIT_S = 10.0  # for a runtime process to go once its container is killed
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
@@ -103,7 +107,8 @@ class OciSandbox:
                              workdir=self.workdir, cgroups_path=cgroups_path,
                              swap_accounting=self._backend.swap_accounting,
                              seccomp_annotations=self._backend.seccomp_annotations,
-                             workdir_writable=workdir_writable, extra_mounts=extra_mounts)
+                             workdir_writable=workdir_writable, extra_mounts=extra_mounts,
+                             gpu=self._backend.gpu if self._limits.gpu else None)
 
 
     async def _start(self, args: Sequence[str], workdir_writable: bool = True,
@@ -329,8 +334,10 @@ class OciBackend:
 
     def __init__(self, runtime: str, instance: str = "default",
                  state_dir: Path = Path("/var/lib/llm-sandbox"),
-                 run_dir: Path = Path("/run/llm-sandbox"), rootfs_dir: Path | None = None) -> None:
+                 run_dir: Path = Path("/run/llm-sandbox"), rootfs_dir: Path | None = None,
+                 gpu: GpuAccess = NOT_CHECKED) -> None:
         self.runtime = runtime
+        self.gpu = gpu  # what sandboxes with Limits.gpu get (sandbox/engine/gpu.py)
         self.instance = instance
         self.run_dir = run_dir / instance
         self.runtime_root = run_dir / f"{instance}.{Path(runtime).name}"
@@ -377,9 +384,17 @@ class OciBackend:
     async def open_kept(self, image: str, limits: Limits) -> OciSandbox:
         """A sandbox that outlives the request that made it (a session's): its work directory
         stays until ``close()``."""
+        if limits.gpu and not self.gpu.available:
+            raise GpuUnavailable(f"GPU sandboxes cannot run here: {self.gpu.problem}")
         rootfs, env = self.rootfs.known(image) or await asyncio.to_thread(self.rootfs.prepare, image)
         job_id = uuid.uuid4().hex[:12]
-        box = OciSandbox(self, job_id, rootfs, env, limits)
+        bundle_dir = self.run_dir / job_id
+        # A GPU sandbox's runtime creates the mount points of the driver's files in its root,
+        # and NVIDIA's hooks write there: it gets a root of its own, the image's shared one
+        # overlaid with a small tmpfs, gone with the sandbox. Its path ends like the shared
+        # root's (<store entry>/rootfs): roots_in_use() still sees which root it runs from.
+        own_root = bundle_dir / GPU_ROOT / rootfs.parent.name / "rootfs" if limits.gpu else None
+        box = OciSandbox(self, job_id, own_root or rootfs, env, limits)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
         try:
             box.bundle_dir.mkdir(parents=True)
@@ -391,6 +406,13 @@ class OciBackend:
                 _mount_tmpfs(box.bundle_dir, f"size={BUNDLE_TMPFS_KB}k,mode=0755")
             box.workdir.mkdir()
             _mount_tmpfs(box.workdir, f"size={size_mb}m,mode=0700,uid={SANDBOX_UID},gid={SANDBOX_UID}")
+            if own_root is not None:
+                layer = bundle_dir / GPU_ROOT
+                layer.mkdir()
+                _mount_tmpfs(layer, f"size={GPU_ROOT_TMPFS_MB}m,mode=0700")
+                for folder in (own_root, layer / "upper", layer / "scratch"):
+                    folder.mkdir(parents=True)
+                _mount_overlay(own_root, rootfs, layer / "upper", layer / "scratch")
         except OSError as exc:
             _umount_bundle(box.bundle_dir)
             shutil.rmtree(box.bundle_dir, ignore_errors=True)

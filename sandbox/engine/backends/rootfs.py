@@ -229,6 +229,8 @@ class RootfsStore:
             return [], []
         removed, kept = [], []
         recent = time.time() - 2 * self.TAG_TTL_S
+        # By name: a GPU sandbox runs from an overlay at .../<entry name>/rootfs (oci.py).
+        in_use_names = {path.name for path in in_use}
         for entry in self.root.glob("*"):
             if entry.name in tagged or ".partial-" in entry.name:
                 continue
@@ -236,7 +238,7 @@ class RootfsStore:
                 used_lately = (entry / USED_MARK).stat().st_mtime > recent
             except OSError:
                 used_lately = False
-            if entry in in_use or used_lately:
+            if entry.name in in_use_names or used_lately:
                 kept.append(entry.name)
                 continue
             shutil.rmtree(entry, ignore_errors=True)
@@ -246,7 +248,8 @@ class RootfsStore:
 
 def roots_in_use(run_dir: Path) -> set[Path]:
     """Store entries (``<root>/<id>``) that running sandboxes of any instance on this host run
-    from, read from the OCI runtimes' state (crun: ``status``, runc: ``state.json``)."""
+    from, read from the OCI runtimes' state (crun: ``status``, runc: ``state.json``). A GPU
+    sandbox's is a folder of its own named like the entry its overlay covers."""
     used = set()
     for state in (*run_dir.glob("*.*/*/status"), *run_dir.glob("*.*/*/state.json")):
         try:

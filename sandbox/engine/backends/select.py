@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from ...config import Settings
+from ..gpu import docker_gpu_access, oci_gpu_access
 from .base import Backend
 from .docker import DockerBackend
 from .oci import OciBackend, oci_problem
@@ -51,15 +52,17 @@ def plan_backend(settings: Settings) -> BackendChoice:
 
 def make_docker(settings: Settings) -> DockerBackend:
     return DockerBackend(instance=settings.instance, max_workers=settings.max_concurrency * 2 + 4,
-                         warm_per_key=settings.docker_warm_pool)
+                         warm_per_key=settings.docker_warm_pool,
+                         gpu=docker_gpu_access(settings.gpus))
 
 
 def choose_backend(settings: Settings) -> Backend:
+    """The backend ``settings`` ask for, with the host's GPUs for GPU sandboxes when it has them."""
     choice = plan_backend(settings)
     if choice.name == "oci":
         return OciBackend(choice.oci_runtime, instance=settings.instance,
                           state_dir=settings.state_dir, run_dir=settings.run_dir,
-                          rootfs_dir=settings.rootfs_dir)
+                          rootfs_dir=settings.rootfs_dir, gpu=oci_gpu_access(settings.gpus))
     if settings.backend == "auto":
         log.warning("%s; using the docker backend", choice.reason)
     return make_docker(settings)
