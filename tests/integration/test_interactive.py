@@ -80,6 +80,24 @@ while lo <= hi:
         lo = mid + 1
 """
 
+# Java's tests run in a warmed JVM (images/java/zygote/), the pipes as its stdin and stdout.
+SOLUTION_JAVA = r"""
+import java.io.*;
+public class Main {
+    public static void main(String[] args) throws IOException {
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        long lo = 1, hi = 1000000;
+        while (lo <= hi) {
+            long mid = (lo + hi) / 2;
+            System.out.println("? " + mid);
+            String answer = in.readLine();
+            if (answer == null || answer.equals("=")) return;
+            if (answer.equals("<")) hi = mid - 1; else lo = mid + 1;
+        }
+    }
+}
+"""
+
 # Asks 1, 2, 3, ...: right only for secrets up to 25.
 LINEAR_CPP = r"""
 #include <cstdio>
@@ -118,7 +136,8 @@ def verdicts(body: dict) -> list[str]:
     (SOLUTION_PY, "python", INTERACTOR_CPP, "cpp"),
     (SOLUTION_CPP, "cpp", INTERACTOR_PY, "python"),
     (SOLUTION_PY, "python", INTERACTOR_PY, "python"),
-], ids=["cpp-cpp", "python-cpp", "cpp-python", "python-python"])
+    (SOLUTION_JAVA, "java", INTERACTOR_CPP, "cpp"),
+], ids=["cpp-cpp", "python-cpp", "cpp-python", "python-python", "java-cpp"])
 def test_binary_search_is_accepted(oci_server, program, program_language, interactor, interactor_language):
     body = evaluate(oci_server, program, program_language, interactor, interactor_language)
     assert verdicts(body) == ["accepted"] * 4, body
