@@ -232,7 +232,7 @@ class RootfsStore:
         # By name: a GPU sandbox runs from an overlay at .../<entry name>/rootfs (oci.py).
         in_use_names = {path.name for path in in_use}
         for entry in self.root.glob("*"):
-            if entry.name in tagged or ".partial-" in entry.name:
+            if entry.name in tagged or (".partial-" in entry.name and _unpacker_alive(entry.name)):
                 continue
             try:
                 used_lately = (entry / USED_MARK).stat().st_mtime > recent
@@ -244,6 +244,19 @@ class RootfsStore:
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry.name)
         return removed, kept
+
+
+def _unpacker_alive(partial_name: str) -> bool:
+    """Whether the process unpacking into ``<id>.partial-<pid>-<random>`` still runs (one
+    killed mid-unpack leaves its folder behind for good otherwise)."""
+    try:
+        pid = int(partial_name.split(".partial-", 1)[1].split("-", 1)[0])
+        os.kill(pid, 0)
+    except (ValueError, IndexError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def roots_in_use(run_dir: Path) -> set[Path]:
