@@ -97,15 +97,9 @@ class InteractiveJudge:
         while (index := work.take()) is not None:
             left = work.time_left()
             timeout = per_test if left is None else min(per_test, left)
-            try:
+            with work.attempt(index):
                 run, interactor_run, judged_after = await self._interact(
                     ev.interactor, program, judge_side, ev.tests[index], timeout)
-            except SandboxEndedByProgram as exc:
-                work.ended(index, exc)
-                raise
-            except BackendError as exc:
-                work.broke(index, exc)
-                raise
             # Its report was in before the program's deadline: it ended first (the program
             # started at the earliest when the test was sent).
             ended_first = not interactor_run.timed_out and judged_after < timeout

@@ -125,14 +125,8 @@ class Judge:
         while not (borrowed and self.engine.waiting) and (index := work.take(not ran)) is not None:
             if not ran:
                 ran, work.sandboxes = True, work.sandboxes + 1
-            try:
+            with work.attempt(index):
                 outcome, run, clean = await self._run_test(work, program, index)
-            except SandboxEndedByProgram as exc:
-                work.ended(index, exc)
-                raise
-            except BackendError as exc:
-                work.broke(index, exc)
-                raise
             work.record(outcome, run, clean)
 
     async def _run_test(self, work: WorkQueue, program: PreparedProgram,

@@ -12,9 +12,10 @@ from __future__ import annotations
 import enum
 import time
 from collections import deque
-from typing import Sequence
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
-from ..engine.backends.base import BackendError
+from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.runner_protocol import TestRun
 from .models import Evaluation, TestOutcome, Verdict
 
@@ -107,6 +108,19 @@ class WorkQueue:
         walls = [o.wall_time_s for o in self.outcomes if o is not None and o.wall_time_s
                  and not (warm_start_s and o.index in self.first_in_sandbox)]
         return bool(walls) and len(self.pending) * sum(walls) / len(walls) >= after_s
+
+    @contextmanager
+    def attempt(self, index: int) -> Iterator[None]:
+        """Around running test ``index``: a sandbox the test ended or that failed is recorded
+        (``ended``, ``broke``), then raised (its session must not be closed as if it were fine)."""
+        try:
+            yield
+        except SandboxEndedByProgram as exc:
+            self.ended(index, exc)
+            raise
+        except BackendError as exc:
+            self.broke(index, exc)
+            raise
 
     def finish(self) -> list[TestOutcome]:
         """Every test's outcome, in test order; tests no worker ran are skipped (or, after a
