@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .config import CONFIG_ENV, ENV_PREFIX, Settings, unknown_environment_settings
 from .engine.cgroups import CGROUP_ROOT
+from .images import GPU_IMAGE_SIZE
 from .runtimes import RuntimeRegistry, RuntimeSpec, RuntimeSpecError
 
 OK, WARN, PROBLEM = "OK", "WARN", "PROBLEM"
@@ -305,7 +306,7 @@ class Doctor:
             else:
                 self.add(WARN, f"GPU image {image} ({names}) is not built: those languages answer "
                          f"a SandboxError", f"make images LANGS=\"{' '.join(languages)}\" "
-                         f"(about 10 GB), then restart the server")
+                         f"({GPU_IMAGE_SIZE}), then restart the server")
 
     def check_dirs(self) -> None:
         blocking = self.backend_name == "oci"

@@ -36,8 +36,8 @@ LABEL_PREFIX = "llm-sandbox"
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # Language images built at once (`sandbox images build --jobs N`, `make images JOBS=N`).
 DEFAULT_BUILD_JOBS = 3
-# images/cuda, estimated from its packages' sizes (README: Languages).
-GPU_IMAGE_SIZE = "10 GB"
+# images/cuda as built here (README: Languages).
+GPU_IMAGE_SIZE = "11 GB"
 
 
 class BuildFailed(RuntimeError):

@@ -129,11 +129,15 @@ def test_pytorch_sees_the_gpu(gpu_server, run):
 
 HOOK = """
 import json, os, sys
-# What NVIDIA's hooks do (create-symlinks, update-ldcache): write into the container's root.
+# What NVIDIA's hooks do (create-symlinks, update-ldcache): write into the container's root,
+# each time a container starts from it (a compile and a run share one root), leaving a link
+# that is already there alone.
 state = json.load(sys.stdin)
 config = json.load(open(os.path.join(state["bundle"], "config.json")))
 root = os.path.join(state["bundle"], config["root"]["path"])
-os.symlink("libcuda.so.999.0", os.path.join(root, "usr/lib/x86_64-linux-gnu/libcuda.so.1"))
+link = os.path.join(root, "usr/lib/x86_64-linux-gnu/libcuda.so.1")
+if not os.path.lexists(link):
+    os.symlink("libcuda.so.999.0", link)
 with open(os.path.join(root, "etc/ld.so.conf.d/000-fake-gpu.conf"), "w") as f:
     f.write("/usr/lib/x86_64-linux-gnu\\n")
 """
@@ -247,3 +251,61 @@ def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runti
     assert not os.path.lexists(rootfs / "usr/lib/x86_64-linux-gnu/libcuda.so.999.0")
     assert not os.path.lexists(rootfs / "etc/ld.so.conf.d/000-fake-gpu.conf")
     assert not backend.run_dir.exists() or not list(backend.run_dir.iterdir())
+
+
+# -- the GPU image itself, without a GPU -----------------------------------------------------
+
+NO_GPU_CMAKE = CUDA_CMAKE.replace("native", "80")  # no GPU to ask: name one architecture
+
+
+def test_the_gpu_image_builds_and_loads_cuda_code_without_a_gpu(docker_ready, tmp_path):
+    """Where the GPU image is built but no GPU is present, everything short of a kernel launch
+    runs for real, through the oci backend with a synthetic CDI spec (as above): SandboxFusion's
+    CMake project built by nvcc under the sandbox's limits, the binary started (the CUDA runtime
+    loads and reports that there is no usable driver), PyTorch imported with its CUDA build."""
+    problem = _oci_problem()
+    if problem:
+        pytest.skip(problem)
+    if not _gpu_image_built():
+        pytest.skip(f"{GPU_IMAGE} is not built: make images LANGS=\"cuda python_gpu\"")
+    from sandbox.engine.backends.select import choose_backend
+
+    lib = tmp_path / "libcuda.so.999.0"
+    lib.write_text("fake-driver")
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    _synthetic_cdi(cdi, lib)
+    backend = choose_backend(Settings(instance=f"gpu-{uuid.uuid4().hex[:8]}", backend="oci", gpus="none"))
+    backend.gpu = oci_gpu_access("auto", dirs=[cdi])
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+
+    def job(language: str, code: str, files: dict[str, str]) -> Job:
+        limits = Limits(compile_timeout_s=300, run_timeout_s=120, memory_mb=4096, cpus=2.0, pids=256,
+                        workdir_mb=512, output_bytes=1 << 20, fetch_bytes=0, gpu=True)
+        return Job(spec=registry.get(language), code=code, stdin=b"", limits=limits, fetch_files=(),
+                   files={name: text.encode() for name, text in files.items()})
+
+    async def runs():
+        engine = Engine(backend, max_concurrency=1)
+        try:
+            await backend.remove_leftovers()
+            cuda = await engine.run(job("cuda", "", {"CMakeLists.txt": NO_GPU_CMAKE, "main.cu": CUDA_MAIN,
+                                                     "kernel.cuh": CUDA_KERNEL}))
+            torch = await engine.run(job("python_gpu", (
+                "import torch\nprint(torch.__version__, torch.version.cuda, torch.cuda.is_available())\n"
+                "print(torch.arange(4).square().tolist())\n"), {"compile.py": "import torch.utils.cpp_extension\n"}))
+            return cuda, torch
+        finally:
+            await backend.close()
+
+    cuda, torch = asyncio.run(runs())
+    assert cuda.compile is not None and cuda.compile.exit_code == 0, cuda
+    assert "Built target main" in cuda.compile.stdout.decode(), cuda.compile.stdout.decode()[-2000:]
+    # Started: the CUDA runtime itself answers the first call, finding no driver it can use.
+    assert cuda.run is not None and cuda.run.exit_code == 1, cuda
+    # (The synthetic spec's libcuda.so.1 is a text file: cudart finds no driver in it.)
+    assert cuda.run.stdout == b"", cuda.run.stdout
+    assert cuda.run.stderr == b"CUDA driver version is insufficient for CUDA runtime version\n", cuda.run.stderr
+    assert torch.compile is not None and torch.compile.exit_code == 0, torch
+    assert torch.run is not None and torch.run.exit_code == 0, torch
+    assert torch.run.stdout.decode().splitlines() == ["2.6.0+cu124 12.4 False", "[0, 1, 4, 9]"], torch.run
