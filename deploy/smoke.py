@@ -33,6 +33,7 @@ SUM_PROGRAMS = {  # read "40 2", print 42
     "perl": "my ($a, $b) = split ' ', <STDIN>; print $a + $b, \"\\n\";",
     "lua": "local a, b = io.read('*n', '*n'); print(a + b)",
     "R": "x <- scan(file('stdin'), quiet = TRUE); cat(sum(x), '\\n', sep = '')",
+    "julia": "a, b = parse.(Int, split(readline())); println(a + b)",
 }
 
 

@@ -109,6 +109,13 @@ BASICS = {
         "compile_error": None,
         "spin": "#lang racket\n(let loop () (loop))",
     },
+    "julia": {
+        "hello": 'println("hello, world")',
+        "sum": "a, b = parse.(Int, split(readline()))\nprintln(a + b)",
+        "fails": "using Test\n@testset begin\n    @test 1 + 1 == 3\nend",
+        "compile_error": None,
+        "spin": "while true end",
+    },
     "D_ut": {
         "hello": 'import std.stdio;\nvoid main() { writeln("hello, world"); }',
         "sum": "import std.stdio;\nvoid main() { long a, b; readf(\" %d %d\", &a, &b); writeln(a + b); }",

@@ -1,5 +1,5 @@
 """SandboxFusion's own runner tests (sandboxfusion_cases.py) against a real server. None is
-skipped: an id whose toolchain no reachable registry carries (julia) must answer a SandboxError
+skipped: an id whose toolchain no reachable registry carries (lean) must answer a SandboxError
 that says so, and a language this server does not serve fails its cases."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def test_the_specs_a_build_takes_every_runnable_id_once(capsys):
 
     specs = _specs(None, Settings())
     languages = [spec.language for spec in specs]
-    assert len(languages) == len(set(languages)) and "cpp" in languages and "julia" not in languages
-    assert "[julia] no image:" in capsys.readouterr().out
+    assert len(languages) == len(set(languages)) and "cpp" in languages and "lean" not in languages
+    assert "[lean] no image:" in capsys.readouterr().out
     assert [s.language for s in _specs(["c++", "cpp", "c"], Settings())] == ["cpp", "c"]
     assert {s.language for s in by_image(specs)["sandbox-java:1"]} == {"java", "junit", "scala", "kotlin_script"}

@@ -11,7 +11,7 @@ SANDBOXFUSION_IDS = {
     "sql", "rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest",
     "junit", "kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
 # No toolchain reachable: a clear SandboxError.
-UNAVAILABLE = {"julia", "lean"}
+UNAVAILABLE = {"lean"}
 # Need the host's GPUs; their image is opt-in (not among the images every server needs).
 GPU = {"cuda", "python_gpu"}
 
