@@ -230,6 +230,18 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
         assert post("print(3)")["run_result"]["stdout"] == "3\n"
 
 
+def test_falling_back_to_docker_leaves_nothing_of_the_oci_backend(docker_ready, tmp_path):
+    """backend=auto, the OCI runtime failing its start-up probe: the server serves with Docker,
+    and the folders and instance cgroup the OCI backend made for the probe are gone (found on
+    the cgroup v2 VM, whose slow probe timed out; running_server checks on exit)."""
+    wrapper, broken = _breakable_crun(tmp_path)
+    broken.touch()
+    with running_server(tmp_path, backend="auto", oci_runtime=str(wrapper)) as url:
+        assert requests.get(f"{url}/readyz", timeout=30).json()["backend"].startswith("docker")
+        answer = requests.post(f"{url}/run_code", timeout=60, json={"code": "print(1)", "language": "python"})
+        assert answer.json()["run_result"]["stdout"] == "1\n", answer.text
+
+
 def test_readyz_says_so_while_the_oci_backend_cannot_run_programs(docker_ready, tmp_path):
     """A server whose backend fails its start-up check is not ready until the check passes."""
     wrapper, broken = _breakable_crun(tmp_path)
