@@ -113,10 +113,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 if problem and backend is None and settings.backend == "auto":
                     log.warning("oci backend failed its probe (%s); using the docker backend", problem)
                     failed_backend, engine.backend = engine.backend, make_docker(settings)
-                    if alone:  # its folders and instance cgroup, made for the probe
-                        await failed_backend.close()
                     app.state.services.registry = served_registry(all_languages, engine.backend)
                     if alone:
+                        await failed_backend.close()  # its folders and cgroup, made for the probe
                         await engine.backend.remove_leftovers()
                 elif problem:
                     log.error("oci backend failed its probe: %s", problem)
