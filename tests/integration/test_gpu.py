@@ -177,6 +177,16 @@ def _synthetic_cdi(folder: Path, lib: Path) -> None:
     (folder / "fake-gpu.json").write_text(json.dumps(spec))
 
 
+def _synthetic_cdi_dir(tmp_path: Path) -> Path:
+    """A CDI folder holding the synthetic spec, its stand-in driver library beside it."""
+    lib = tmp_path / "libcuda.so.999.0"
+    lib.write_text("fake-driver")
+    cdi = tmp_path / "cdi"
+    cdi.mkdir()
+    _synthetic_cdi(cdi, lib)
+    return cdi
+
+
 @pytest.mark.parametrize("runtime", ["crun", "runc"])
 def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runtime):
     problem = _oci_problem()
@@ -190,12 +200,7 @@ def test_oci_passthrough_with_a_synthetic_cdi_spec(docker_ready, tmp_path, runti
     from sandbox.engine.backends.rootfs import roots_in_use
     from sandbox.engine.backends.select import choose_backend
 
-    lib = tmp_path / "libcuda.so.999.0"
-    lib.write_text("fake-driver")
-    cdi = tmp_path / "cdi"
-    cdi.mkdir()
-    _synthetic_cdi(cdi, lib)
-    access = oci_gpu_access("auto", dirs=[cdi])
+    access = oci_gpu_access("auto", dirs=[_synthetic_cdi_dir(tmp_path)])
     assert access.available, access.problem
     instance = f"gpu-{uuid.uuid4().hex[:8]}"
     backend = choose_backend(Settings(instance=instance, backend="oci", oci_runtime=runtime,
@@ -270,13 +275,8 @@ def test_the_gpu_image_builds_and_loads_cuda_code_without_a_gpu(docker_ready, tm
         pytest.skip(f"{GPU_IMAGE} is not built: make images LANGS=\"cuda python_gpu\"")
     from sandbox.engine.backends.select import choose_backend
 
-    lib = tmp_path / "libcuda.so.999.0"
-    lib.write_text("fake-driver")
-    cdi = tmp_path / "cdi"
-    cdi.mkdir()
-    _synthetic_cdi(cdi, lib)
     backend = choose_backend(Settings(instance=f"gpu-{uuid.uuid4().hex[:8]}", backend="oci", gpus="none"))
-    backend.gpu = oci_gpu_access("auto", dirs=[cdi])
+    backend.gpu = oci_gpu_access("auto", dirs=[_synthetic_cdi_dir(tmp_path)])
     registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
 
     def job(language: str, code: str, files: dict[str, str]) -> Job:
