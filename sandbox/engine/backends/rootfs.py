@@ -15,6 +15,8 @@ import uuid
 from pathlib import Path
 from typing import Sequence
 
+import psutil
+
 from .base import BackendError, ImageMissing, SandboxUnavailable
 
 log = logging.getLogger(__name__)
@@ -251,12 +253,9 @@ def _unpacker_alive(partial_name: str) -> bool:
     killed mid-unpack leaves its folder behind for good otherwise)."""
     try:
         pid = int(partial_name.split(".partial-", 1)[1].split("-", 1)[0])
-        os.kill(pid, 0)
-    except (ValueError, IndexError, ProcessLookupError):
+    except (ValueError, IndexError):
         return False
-    except PermissionError:
-        return True
-    return True
+    return psutil.pid_exists(pid)
 
 
 def roots_in_use(run_dir: Path) -> set[Path]:
