@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -235,6 +236,16 @@ def test_prune_removes_only_roots_nothing_uses(docker_ready, tmp_path):
     long_ago = time.time() - 3600
     for name in ("0000000000stale", "00000000running"):
         os.utime(entries[name] / USED_MARK, (long_ago, long_ago))
+    # Half-unpacked roots: one whose unpacking process is gone (killed mid-unpack) is removed,
+    # one still being unpacked (here, by this process) is left to finish.
+    dead_pid = subprocess.Popen(["true"])
+    dead_pid.wait()
+    partials = {"dead": store.root / f"0000000000stale.partial-{dead_pid.pid}-0123abcd",
+                "live": store.root / f"0000000000stale.partial-{os.getpid()}-4567ef01"}
+    for partial in partials.values():
+        (partial / "rootfs").mkdir(parents=True)
     removed, kept = store.prune({entries["00000000running"]})
-    assert removed == ["0000000000stale"] and sorted(kept) == ["000000000recent", "00000000running"]
+    assert sorted(removed) == ["0000000000stale", partials["dead"].name]
+    assert sorted(kept) == ["000000000recent", "00000000running"]
     assert not entries["0000000000stale"].exists() and entries["000000000recent"].is_dir()
+    assert not partials["dead"].exists() and partials["live"].is_dir()
