@@ -454,8 +454,9 @@ static void run_in_zygote(char **args, char **zargs, unsigned long timeout_ms,
         return;
     }
     if (send_to_zygote(args, output_limit, *in, *out, err) < 0) {
-        /* It died since the last test (a test may kill it): one fresh start. */
-        kill(zygote_pid, SIGKILL);
+        /* It died since the last test (a test may kill it): one fresh start. Reaping it may
+         * already have zeroed zygote_pid, and kill(0) would signal our own process group. */
+        if (zygote_pid) kill(zygote_pid, SIGKILL);
         forget_zygote();
         kill_all();
         if (start_zygote(zargs) < 0 || send_to_zygote(args, output_limit, *in, *out, err) < 0) {
@@ -475,7 +476,7 @@ static void run_in_zygote(char **args, char **zargs, unsigned long timeout_ms,
         kill_all();
         got = zygote_report(1000, line, sizeof line);
         if (got < 0) {
-            kill(zygote_pid, SIGKILL);
+            if (zygote_pid) kill(zygote_pid, SIGKILL);
             forget_zygote();
             kill_all();
         }
