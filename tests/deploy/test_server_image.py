@@ -47,6 +47,12 @@ def _compose_run_options() -> list[str]:
 
 @pytest.fixture(scope="module")
 def server_image(docker_ready) -> str:
+    prebuilt = os.environ.get("SANDBOX_TESTS_SERVER_IMAGE")
+    if prebuilt:
+        # An image built elsewhere and loaded here (`docker save | docker load`), e.g. to test
+        # on a slow or emulated host what a fast one built: the build itself is host-independent.
+        assert _image_id(prebuilt), f"SANDBOX_TESTS_SERVER_IMAGE={prebuilt} is not a local image"
+        return prebuilt
     previous = _image_id(TAG)
     started = time.monotonic()
     build = subprocess.run([str(REPO_ROOT / "deploy" / "build-image.sh"), TAG], cwd=REPO_ROOT,
@@ -70,7 +76,9 @@ def image_server(server_image):
         port = subprocess.run(["docker", "port", name, "8080/tcp"], capture_output=True, text=True,
                               check=True).stdout.split(":")[-1].strip()
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        # Generous: the start-up probe runs a smoke test per backend first (seconds here,
+        # a minute or more on an emulated host).
+        deadline = time.monotonic() + 180
         while True:
             try:
                 if requests.get(f"{url}/readyz", timeout=2).status_code == 200:
@@ -79,7 +87,7 @@ def image_server(server_image):
                 pass
             if time.monotonic() > deadline:
                 logs = subprocess.run(["docker", "logs", name], capture_output=True, text=True)
-                pytest.fail(f"server image not ready in 60 s:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
+                pytest.fail(f"server image not ready in 180 s:\n{logs.stdout[-2000:]}{logs.stderr[-2000:]}")
             time.sleep(0.5)
         yield name, url
     finally:
