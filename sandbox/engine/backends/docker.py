@@ -132,7 +132,9 @@ class DockerSandbox:
         stdout, stderr = CappedBuffer(output_limit), CappedBuffer(output_limit)
         timed_out = flooded = False
         try:
-            timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr)
+            sock.setblocking(False)
+            early = take_buffered_output(stream)
+            timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr, early)
         finally:
             _close_quietly(sock, stream)
         exit_code = None
@@ -165,7 +167,7 @@ class DockerSandbox:
         stream = await self._backend.call(start)
         sock: socket.socket = getattr(stream, "_sock", stream)
         sock.setblocking(False)
-        channel = DockerExecChannel(sock)
+        channel = DockerExecChannel(sock, take_buffered_output(stream))
         try:
             yield DockerTestSession(self, channel)
             await finish(channel)
@@ -194,12 +196,13 @@ class DockerSandbox:
 class DockerExecChannel:
     """The runner's channel over an exec's hijacked connection: raw bytes in, frames out."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, early: bytes = b"") -> None:
         self._sock = sock
         self._loop = asyncio.get_running_loop()
         self._demux = FrameDemuxer()
         self._buf = bytearray()
         self.diagnostics = CappedBuffer(16 << 10)
+        self._take(early)
 
     async def send(self, data: bytes) -> None:
         await self._loop.sock_sendall(self._sock, data)
@@ -213,6 +216,9 @@ class DockerExecChannel:
         data = await self._loop.sock_recv(self._sock, 1 << 16)
         if not data:
             raise EOFError("the exec stream closed")
+        self._take(data)
+
+    def _take(self, data: bytes) -> None:
         for stream_id, payload in self._demux.feed(data):
             if stream_id == 2:
                 self.diagnostics.write(payload)
@@ -276,11 +282,32 @@ class DockerTestSession:
         return result
 
 
+def take_buffered_output(stream: object) -> bytes:
+    """The exec's first output when it came with the daemon's HTTP answer, else b"".
+
+    http.client reads the answer's headers through a buffered reader, which may read the first
+    frames behind them too (a program quick to print, a client thread slow to read them: under
+    load, a `print` whose output was then lost). Those bytes are in that buffer and never again
+    on the socket. Call with the socket non-blocking: an empty buffer then returns b"", not a wait."""
+    response = getattr(stream, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    if reader is None:
+        return b""
+    try:
+        return reader.peek() or b""
+    except (OSError, ValueError):  # would block (nothing buffered), or already closed
+        return b""
+
+
 def _pump(sock: socket.socket, stdin: bytes, deadline: float,
-          stdout: CappedBuffer, stderr: CappedBuffer) -> tuple[bool, bool]:
-    """Feed stdin and drain output until EOF, the deadline, or a cap. Returns (timed_out, flooded)."""
+          stdout: CappedBuffer, stderr: CappedBuffer, early: bytes = b"") -> tuple[bool, bool]:
+    """Feed stdin and drain output (after `early`, what came before) until EOF, the deadline,
+    or a cap. Returns (timed_out, flooded)."""
     sock.setblocking(False)
     demux = FrameDemuxer()
+    for stream_id, payload in demux.feed(early):
+        if not (stderr if stream_id == 2 else stdout).write(payload):
+            return False, True
     pending = memoryview(stdin)
     writing = True
     if not pending:
