@@ -128,12 +128,10 @@ class DockerSandbox:
         deadline = started + timeout_s
         exec_id = self._api.exec_create(self.id, argv, stdin=True, stdout=True, stderr=True)["Id"]
         stream = self._api.exec_start(exec_id, socket=True)
-        sock: socket.socket = getattr(stream, "_sock", stream)
+        sock, early = exec_socket(stream)
         stdout, stderr = CappedBuffer(output_limit), CappedBuffer(output_limit)
         timed_out = flooded = False
         try:
-            sock.setblocking(False)
-            early = take_buffered_output(stream)
             timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr, early)
         finally:
             _close_quietly(sock, stream)
@@ -165,9 +163,8 @@ class DockerSandbox:
             return self._api.exec_start(exec_id, socket=True)
 
         stream = await self._backend.call(start)
-        sock: socket.socket = getattr(stream, "_sock", stream)
-        sock.setblocking(False)
-        channel = DockerExecChannel(sock, take_buffered_output(stream))
+        sock, early = exec_socket(stream)
+        channel = DockerExecChannel(sock, early)
         try:
             yield DockerTestSession(self, channel)
             await finish(channel)
@@ -282,6 +279,14 @@ class DockerTestSession:
         return result
 
 
+def exec_socket(stream: object) -> tuple[socket.socket, bytes]:
+    """An exec's hijacked socket (from docker-py's `exec_start(socket=True)`), made
+    non-blocking, and the output that came before it (`take_buffered_output`)."""
+    sock: socket.socket = getattr(stream, "_sock", stream)
+    sock.setblocking(False)
+    return sock, take_buffered_output(stream)
+
+
 def take_buffered_output(stream: object) -> bytes:
     """The exec's first output when it came with the daemon's HTTP answer, else b"".
 
@@ -301,13 +306,17 @@ def take_buffered_output(stream: object) -> bytes:
 
 def _pump(sock: socket.socket, stdin: bytes, deadline: float,
           stdout: CappedBuffer, stderr: CappedBuffer, early: bytes = b"") -> tuple[bool, bool]:
-    """Feed stdin and drain output (after `early`, what came before) until EOF, the deadline,
-    or a cap. Returns (timed_out, flooded)."""
-    sock.setblocking(False)
+    """Feed stdin and drain output (after `early`, what came before) from a non-blocking
+    socket until EOF, the deadline, or a cap. Returns (timed_out, flooded)."""
     demux = FrameDemuxer()
-    for stream_id, payload in demux.feed(early):
-        if not (stderr if stream_id == 2 else stdout).write(payload):
-            return False, True
+
+    def keep(data: bytes) -> bool:
+        """Demultiplex into stdout and stderr; False once either passed its cap."""
+        return all((stderr if stream_id == 2 else stdout).write(payload)
+                   for stream_id, payload in demux.feed(data))
+
+    if not keep(early):
+        return False, True
     pending = memoryview(stdin)
     writing = True
     if not pending:
@@ -341,10 +350,8 @@ def _pump(sock: socket.socket, stdin: bytes, deadline: float,
                 data = b""
             if not data:
                 return False, False
-            for stream_id, payload in demux.feed(data):
-                target = stderr if stream_id == 2 else stdout
-                if not target.write(payload):
-                    return False, True
+            if not keep(data):
+                return False, True
 
 
 def _close_quietly(sock: socket.socket, stream: object) -> None:
