@@ -17,6 +17,7 @@ import requests
 from sandbox.config import REPO_ROOT
 from sandbox.engine.backends.docker import LABEL_INSTANCE, LABEL_MANAGED
 from sandbox.runtimes import RuntimeRegistry
+from tests.timescale import SCALE, scaled, stretch_request, stretch_server_settings
 
 # .ci/run sets this: there, a missing daemon or image is a failure, not a skip.
 REQUIRE_DOCKER = os.environ.get("SANDBOX_TESTS_REQUIRE_DOCKER") == "1"
@@ -41,6 +42,23 @@ def _docker_problem() -> str | None:
     if missing:
         return f"images not built: {', '.join(missing)}; run `make images`"
     return None
+
+
+@pytest.fixture(scope="session", autouse=True)
+def stretched_deadlines():
+    """SANDBOX_TESTS_TIME_SCALE > 1 (a slow host): every ``requests`` call's deadlines stretch
+    (tests/timescale.py says which)."""
+    if SCALE == 1:
+        yield
+        return
+    original = requests.Session.request
+
+    def request(self, method, url, **kwargs):
+        return original(self, method, url, **stretch_request(url, kwargs))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(requests.Session, "request", request)
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -120,6 +138,7 @@ def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
     port = _free_port()
     # Uploaded assets of a test server stay in its own folder, not the host's state_dir.
     settings.setdefault("assets_dir", log_dir / f"assets-{instance}")
+    settings = stretch_server_settings(settings)
     env = {**os.environ, "SANDBOX_PORT": str(port), "SANDBOX_INSTANCE": instance,
            **{f"SANDBOX_{k.upper()}": str(v) for k, v in settings.items()}, **(extra_env or {})}
     log_path = log_dir / f"server-{instance}-{port}.log"
@@ -127,7 +146,7 @@ def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
         proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:
         try:
             if requests.get(f"{url}/v1/ping", timeout=1).json() == "pong":

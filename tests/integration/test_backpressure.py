@@ -9,6 +9,7 @@ import pytest
 import requests
 
 from ..conftest import running_server
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -49,7 +50,7 @@ def test_docker_warm_pool_serves_prestarted_single_use_containers(docker_ready, 
             return sum(requests.get(f"{url}/v1/queue", timeout=5).json()["warm_pool"].values())
 
         assert post("print(1)")["run_result"]["stdout"] == "1\n"  # first: a cold start
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while warm_count() < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert warm_count() == 2

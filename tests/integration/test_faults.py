@@ -19,6 +19,7 @@ import requests
 from sandbox.config import REPO_ROOT
 
 from ..conftest import _oci_leftovers, _oci_problem, _our_containers, running_server, start_server
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -43,7 +44,7 @@ def test_server_killed_mid_run_leaves_nothing_after_restart(backend, docker_read
                 future.result()
     if backend == "oci":
         # Without any restart, sandbox-init's backstop ends each sandbox at its deadline + grace.
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + scaled(15)
         while time.monotonic() < deadline and _sleepers(instance):
             time.sleep(0.5)
         assert not _sleepers(instance)
@@ -177,13 +178,13 @@ def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
             started = time.monotonic()
             cut = in_flight.result()
         # The run in flight ends no later than its own deadline, as a sandbox error.
-        assert cut["status"] == "SandboxError" and time.monotonic() - started < 10
+        assert cut["status"] == "SandboxError" and time.monotonic() - started < scaled(10)
         assert cut["retryable"] is True and cut["error_kind"] in ("backend_error", "sandbox_unavailable")
         started = time.monotonic()
         refused = post("print(2)")
         assert refused["status"] == "SandboxError" and "Docker" in refused["message"]
         assert refused["retryable"] is True and refused["error_kind"] == "sandbox_unavailable", refused
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < scaled(5)
         assert requests.get(f"{url}/readyz", timeout=10).status_code == 503
         proxy.start()
         back = post("print(3)")
@@ -225,7 +226,7 @@ def test_oci_runtime_unavailable_then_back(docker_ready, tmp_path):
         assert failed["status"] == "SandboxError" and "unavailable" in failed["message"]
         # The runtime exits at once, before the sandbox reports: it failed to start or died.
         assert failed["error_kind"] in ("sandbox_unavailable", "backend_error") and failed["retryable"] is True
-        assert time.monotonic() - started < 5
+        assert time.monotonic() - started < scaled(5)
         broken.unlink()
         assert post("print(3)")["run_result"]["stdout"] == "3\n"
 

@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sandbox.config import REPO_ROOT
 
 from ..conftest import running_server
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -52,7 +53,7 @@ def post(url: str, code: str, language: str = "python", headers: dict | None = N
 
 def audit_lines(path, wanted_ids: set[str], timeout_s: float = 10) -> dict[str, dict]:
     """The audit lines of ``wanted_ids`` (written by a background thread: wait for them)."""
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + scaled(timeout_s)
     while True:
         lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         found = {line["request_id"]: line for line in lines if line["request_id"] in wanted_ids}
@@ -123,7 +124,7 @@ def test_gauges_show_live_running_and_waiting_then_busy_504_is_counted(ops_serve
     before = scrape(url)
 
     def wait_for(name: str, wanted: float, timeout_s: float) -> bool:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + scaled(timeout_s)
         while time.monotonic() < deadline:
             if value(scrape(url), name) == wanted:
                 return True
@@ -151,7 +152,7 @@ def test_warm_pool_gauge_counts_ready_containers_by_image(ops_server, backend_na
         pytest.skip("only the docker backend keeps a warm pool")
     url, _ = ops_server
     assert post(url, "print(1)").json()["status"] == "Success"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while time.monotonic() < deadline:
         warm = {dict(labels)["image"]: v for (name, labels), v in scrape(url).items()
                 if name == "sandbox_warm_pool_size"}

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from sandbox.api import create_app
 from sandbox.config import Settings
 from sandbox.engine.backends.docker import LABEL_INSTANCE, LABEL_MANAGED
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -199,7 +200,7 @@ def test_an_image_rebuilt_under_a_running_server_leaves_its_sandboxes_alone(oci_
         with ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(requests.post, f"{oci_server}/run_code", timeout=60, json={
                 **run, "code": "import time; time.sleep(5); print(open('/etc/os-release').read()[:4])"})
-            deadline = time.monotonic() + 20
+            deadline = time.monotonic() + scaled(20)
             while old_root not in roots_in_use(settings.run_dir) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert old_root in roots_in_use(settings.run_dir)

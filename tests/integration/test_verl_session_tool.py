@@ -27,6 +27,7 @@ import requests
 import yaml
 
 from sandbox.config import REPO_ROOT
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 TIMEOUT = 120
@@ -246,7 +247,7 @@ def test_verl_091_agent_loop_lifecycle_keeps_one_session_per_trajectory(make_too
         assert session_status(url, id_a) == 200  # the per-call release left it
         del first  # the first trajectory is over: its agent_data goes
         gc.collect()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         while session_status(url, id_a) != 404 and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         assert session_status(url, id_a) == 404
