@@ -71,7 +71,7 @@ def test_container_killed_from_outside(docker_ready, tmp_path):
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             future = pool.submit(requests.post, f"{url}/run_code", timeout=30,
                                  json={"code": SLOW, "language": "python", "run_timeout": 10})
-            time.sleep(1.5)
+            time.sleep(scaled(1.5))  # the program has started
             client = docker.from_env()
             # Kill every container of this server: the running job's and the warm pool's.
             for c in client.api.containers(filters={"label": f"llm-sandbox.instance={instance}"}):
@@ -173,7 +173,7 @@ def test_docker_daemon_unavailable_mid_load_then_back(docker_ready, tmp_path):
         assert post("print(1)")["status"] == "Success"
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
             in_flight = pool.submit(post, SLOW, run_timeout=8)
-            time.sleep(1.5)
+            time.sleep(scaled(1.5))  # the program has started
             proxy.stop()
             started = time.monotonic()
             cut = in_flight.result()
