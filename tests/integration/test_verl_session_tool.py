@@ -38,7 +38,9 @@ CONFIG = REPO_ROOT / "examples" / "verl" / "session_tool_config.yaml"
 def _pip_install(*requirements: str, no_deps: bool = False) -> None:
     command = [sys.executable, "-m", "pip", "install", "--quiet", *requirements]
     if no_deps:
-        command.insert(4, "--no-deps")
+        # verl 0.9.1 says Python < 3.13 for its training stack (torch, ray), which --no-deps
+        # leaves out; the tool modules loaded here are plain Python and run on 3.13 (Debian 13).
+        command[4:4] = ["--no-deps", "--ignore-requires-python"]
     subprocess.run(command, check=True, timeout=600)
     importlib.invalidate_caches()
 
