@@ -20,6 +20,7 @@ import os
 from urllib.parse import urlsplit
 
 from sandbox.api.schemas import EvaluateRequest, RunCodeRequest
+from sandbox.api.session_schemas import RunJupyterRequest
 from sandbox.config import Settings
 
 SCALE = float(os.environ.get("SANDBOX_TESTS_TIME_SCALE") or 1)
@@ -29,8 +30,10 @@ if SCALE < 1:
 DEADLINE_FIELDS = ("compile_timeout", "run_timeout", "total_timeout", "cell_timeout")
 # What the server assumes when a request leaves them out.
 DEFAULT_DEADLINES = {
-    path: {field: model.model_fields[field].default for field in ("compile_timeout", "run_timeout")}
-    for path, model in (("/run_code", RunCodeRequest), ("/v1/evaluate", EvaluateRequest))}
+    path: {field: model.model_fields[field].default for field in fields}
+    for path, model, fields in (("/run_code", RunCodeRequest, ("compile_timeout", "run_timeout")),
+                                ("/v1/evaluate", EvaluateRequest, ("compile_timeout", "run_timeout")),
+                                ("/run_jupyter", RunJupyterRequest, ("total_timeout",)))}
 
 
 class Unscaled(float):

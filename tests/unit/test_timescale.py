@@ -33,6 +33,8 @@ def test_unscaled_deadlines_and_other_paths_keep_their_values():
     assert json.loads(json.dumps(out["json"]))["run_timeout"] == 0.1
     session = stretch_request("http://h/v1/sessions", {"json": {"idle_timeout_s": 3}}, scale=6)
     assert session["json"] == {"idle_timeout_s": 3}  # a lifetime, not a deadline: tests expire it
+    jupyter = stretch_request("http://h/run_jupyter", {"json": {"cells": ["1"]}}, scale=2)
+    assert jupyter["json"] == {"cells": ["1"], "total_timeout": 90}
 
 
 def test_server_waits_stretch_from_their_defaults_or_the_test_s_values():
