@@ -135,16 +135,26 @@ class TestCaseIn(BaseModel):
                           "only (verl's `assert_case`); passes when it exits 0.")
 
 
+# A checker or interactor is the dataset's program, compiled once per request and cached: its
+# compile is not the model's and should not share a budget sized for the model's program.
+JUDGE_COMPILE_TIMEOUT = ("Wall-clock limit of its compile, seconds; default: the request's "
+                         "`compile_timeout`, but at least 30 (g++ takes ~5 s over testlib.h alone).")
+JUDGE_COMPILE_TIMEOUT_FLOOR_S = 30.0
+
+
 class CheckerIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     language: str = Field(description="Any served language.")
     code: str = Field(description="Gets three paths: input, program output, expected output "
-                                  "(testlib's order). Exit 0 accepts; what it prints is the message.")
+                                  "(testlib's order). Exit 0 accepts, 3 is the checker's own "
+                                  "failure (testlib's FAIL: a sandbox_error), any other exit "
+                                  "rejects; what it prints is the message.")
     files: dict[str, FileContent] = Field(
         default_factory=dict, description="The checker's files, as `files` of the program "
                                           "(base64, or an asset: {\"asset\": \"testlib.h\"}).")
     run_timeout: float = Field(10, description="Wall-clock limit of each check, seconds.")
+    compile_timeout: float | None = Field(None, description=JUDGE_COMPILE_TIMEOUT)
 
 
 class InteractorIn(BaseModel):
@@ -155,12 +165,14 @@ class InteractorIn(BaseModel):
                                   "paths of the test's input, an output file and, when the test "
                                   "has `expected_output`, the answer (testlib's interactor order). "
                                   "Exit 0 accepts, 1 wrong answer, 2 presentation error, "
-                                  "3 judge failure; what it writes to stderr is the message.")
+                                  "3 judge failure (testlib's 4, 7, 8: rejections too); what "
+                                  "it writes to stderr is the message.")
     files: dict[str, FileContent] = Field(
         default_factory=dict, description="Files for the interactor, as in `files` (e.g. testlib.h as an asset).")
     run_timeout: float = Field(
         5, description="How long the interactor may run after the program's `run_timeout` "
                        "(seconds): one still running then is a sandbox_error.")
+    compile_timeout: float | None = Field(None, description=JUDGE_COMPILE_TIMEOUT)
 
 
 CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]

@@ -15,9 +15,9 @@ from ..engine.output import decode_output
 from ..engine.paths import MNT_FOLDER, UnsafePath, check_no_overlap, confine, needs_mnt_folder
 from ..runtimes import RuntimeRegistry
 from ..judge import Checker, CompareMode, Comparison, Evaluation, EvaluationResult, Interactor, TestCase
-from .schemas import (NOT_RETRYABLE, AssetRef, CommandRunResult, EvaluateRequest,
-                      EvaluateResponse, FileContent, RunCodeRequest, RunCodeResponse,
-                      TestCaseResult)
+from .schemas import (JUDGE_COMPILE_TIMEOUT_FLOOR_S, NOT_RETRYABLE, AssetRef, CheckerIn,
+                      CommandRunResult, EvaluateRequest, EvaluateResponse, FileContent,
+                      InteractorIn, RunCodeRequest, RunCodeResponse, TestCaseResult)
 
 MIN_MEMORY_MB = 16
 HOSTNAME = socket.gethostname()
@@ -254,6 +254,17 @@ def to_response(result: JobResult, job: Job, requested_fetch: list[str]) -> RunC
     )
 
 
+def _judge_compile_timeout(req: EvaluateRequest, judge: CheckerIn | InteractorIn,
+                           registry: RuntimeRegistry, settings: Settings) -> float:
+    """The checker's or interactor's compile timeout: its own, else the request's but at
+    least the floor (within the server's ceiling for its language)."""
+    if judge.compile_timeout is not None:
+        return judge.compile_timeout
+    spec = runtime_for(judge.language, registry)
+    ceiling = settings.for_language(spec.language, spec.memory_mb).max_timeout_s
+    return max(req.compile_timeout, min(JUDGE_COMPILE_TIMEOUT_FLOOR_S, ceiling))
+
+
 def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: Settings,
                      assets: AssetStore | None = None) -> Evaluation:
     _require_unicode((f"tests[{i}].{name}", text) for i, t in enumerate(req.tests)
@@ -285,11 +296,10 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                              f"{settings.max_evaluation_s:g} s (SANDBOX_MAX_EVALUATION_S)")
     checker = None
     if req.checker is not None:
-        checker_job = build_job(RunCodeRequest(code=req.checker.code, language=req.checker.language,
-                                               compile_timeout=req.compile_timeout,
-                                               run_timeout=req.checker.run_timeout,
-                                               files=req.checker.files),
-                                 registry, settings, assets)
+        checker_job = build_job(RunCodeRequest(
+            code=req.checker.code, language=req.checker.language, files=req.checker.files,
+            compile_timeout=_judge_compile_timeout(req, req.checker, registry, settings),
+            run_timeout=req.checker.run_timeout), registry, settings, assets)
         checker = Checker(checker_job, checker_job.limits.run_timeout_s)
     interactor = None
     if req.interactor is not None:
@@ -300,11 +310,10 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
         if not math.isfinite(extra) or extra < 0 or extra > settings.max_timeout_s:
             raise InvalidRequest(f"interactor.run_timeout must be between 0 and "
                                  f"{settings.max_timeout_s:g} seconds, got {extra}")
-        interactor_job = build_job(RunCodeRequest(code=req.interactor.code, language=req.interactor.language,
-                                                  compile_timeout=req.compile_timeout,
-                                                  run_timeout=req.run_timeout + extra,
-                                                  files=req.interactor.files),
-                                   registry, settings, assets)
+        interactor_job = build_job(RunCodeRequest(
+            code=req.interactor.code, language=req.interactor.language, files=req.interactor.files,
+            compile_timeout=_judge_compile_timeout(req, req.interactor, registry, settings),
+            run_timeout=req.run_timeout + extra), registry, settings, assets)
         interactor = Interactor(interactor_job, extra)
     tests = tuple(TestCase(stdin=t.stdin.encode(), expected_output=t.expected_output,
                            assert_code=t.assert_code) for t in req.tests)

@@ -215,6 +215,24 @@ class CgroupPerTest:
             with contextlib.suppress(OSError):
                 previous.rmdir()
 
+    def pin(self, cpu: int) -> None:
+        """Every thread in the sandbox on CPU ``cpu`` alone, so that the next test's processes
+        (forked by the runner or a zygote) are born there. Best effort: a host where this
+        fails runs the test unpinned, as it would have run anyway."""
+        folder = self._child or self._parent
+        for pid in (_read_all(folder / "cgroup.procs") or b"").split():
+            try:
+                threads = os.listdir(f"/proc/{pid.decode()}/task")
+            except OSError:
+                continue  # gone meanwhile
+            for tid in threads:
+                try:
+                    os.sched_setaffinity(int(tid), {cpu})
+                except OSError as exc:
+                    if exc.errno != errno.ESRCH:
+                        log.info("could not pin the sandbox in %s to CPU %d: %s", folder, cpu, exc)
+                        return
+
     def facts(self) -> MemoryFacts:
         """The current test's memory facts (the sandbox's when there is no child)."""
         if self._child is None:

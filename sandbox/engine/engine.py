@@ -322,15 +322,16 @@ class PreparedProgram:
     async def run_test(self, stdin: bytes, timeout_s: float, output_limit: int,
                        argv: Sequence[str] | None = None,
                        files: dict[str, bytes] | None = None,
-                       pipes: tuple[int, int] | None = None) -> TestRun:
-        """One test; with ``pipes`` (given away) as its stdin and stdout (TestSession.run)."""
+                       pipes: tuple[int, int] | None = None, cpu: int | None = None) -> TestRun:
+        """One test; with ``pipes`` (given away) as its stdin and stdout, with ``cpu`` on
+        that CPU alone (TestSession.run)."""
         if self.session is None:
             raise RuntimeError("the program did not compile")
         spec = self.job.spec
         argv = list(argv or spec.run)
         # A warmed interpreter stands in for the runtime's own one (same argv[0]).
         zygote = spec.zygote if spec.zygote and argv[0] == spec.run[0] else ()
-        return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes)
+        return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes, cpu=cpu)
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

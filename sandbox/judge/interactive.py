@@ -7,14 +7,20 @@ hands each side its ends through its sandbox's test runner (backends that can ca
 descriptors: oci). The program has the test's time limit; the interactor that much plus
 its own ``extra_time_s``, so a program that stops answering is the one timed out.
 
+Both sides of a test run on the same CPU (the next one in turn): each query is a write, a
+wake-up of the other side and a read, and a wake-up across CPUs costs far more than the
+rest on a virtual machine (an interprocessor interrupt through the hypervisor: measured
+here ~48 us against ~4 us per round trip), which would turn 10^5 queries into seconds and a
+correct program into a time_limit. The two mostly take turns, so one CPU is enough.
+
 The verdict (testlib's exit codes; the interactor's own failures are never the program's):
 
 1. the program still running at its limit: time_limit (also when both wait to read), unless
    the interactor had already given its verdict and ended before that;
 2. the interactor crashed, hung after the program ended, or exited 3 ("judge failure") or
    with a code testlib does not use: sandbox_error (error_kind checker_error);
-3. the interactor rejected (1 wrong answer, 2 presentation error), or was stopped by a broken
-   pipe (it wrote to a program that had stopped reading): wrong_answer, whatever the program
+3. the interactor rejected (1 wrong answer, 2 presentation error; testlib's 4, 7 and 8 too:
+   extra output, partial points, unexpected end of file), or was stopped by a broken pipe (it wrote to a program that had stopped reading): wrong_answer, whatever the program
    did after that (e.g. a broken pipe of its own when writing to a closed interactor);
 4. the interactor accepted: the program's own limits and exit status decide (memory,
    output, runtime error), else accepted.
@@ -23,6 +29,7 @@ The verdict (testlib's exit codes; the interactor's own failures are never the p
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import time
@@ -35,7 +42,11 @@ from .workqueue import WorkQueue
 
 SESSION_SLACK_S = 5.0
 INTERACTOR_OUTPUT_BYTES = 64 << 10
-ACCEPTED, WRONG_ANSWER, PRESENTATION_ERROR = 0, 1, 2  # testlib's exit codes (3: judge failure)
+ACCEPTED, JUDGE_FAILURE = 0, 3  # testlib's exit codes
+# testlib's other verdicts, each the program's failure: 4 and 8 where testlib is built to
+# report extra output and an unexpected end of the program's output apart, 7 partial points.
+REJECTIONS = {1: "wrong answer", 2: "presentation error", 4: "wrong output format",
+              7: "partial points", 8: "unexpected end of file"}
 CHECKER_ERROR = "checker_error"
 
 
@@ -50,6 +61,7 @@ class InteractiveJudge:
     def __init__(self, engine: Engine, judge) -> None:
         self.engine = engine
         self.judge = judge
+        self._cpus = itertools.cycle(sorted(os.sched_getaffinity(0)))  # the CPU of each test
 
     async def evaluate(self, ev: Evaluation, started: float) -> EvaluationResult:
         assert ev.interactor is not None
@@ -99,7 +111,7 @@ class InteractiveJudge:
             timeout = per_test if left is None else min(per_test, left)
             with work.attempt(index):
                 run, interactor_run, judged_after = await self._interact(
-                    ev.interactor, program, judge_side, ev.tests[index], timeout)
+                    ev.interactor, program, judge_side, ev.tests[index], timeout, next(self._cpus))
             # Its report was in before the program's deadline: it ended first (the program
             # started at the earliest when the test was sent).
             ended_first = not interactor_run.timed_out and judged_after < timeout
@@ -111,9 +123,10 @@ class InteractiveJudge:
 
     @staticmethod
     async def _interact(interactor: Interactor, program, judge_side, test: TestCase,
-                        timeout: float) -> tuple[TestRun, TestRun, float]:
-        """One test: both sides at once, joined by two fresh pipes (given away to the runners).
-        Also: how long after sending the test the interactor's report was in (server clock)."""
+                        timeout: float, cpu: int) -> tuple[TestRun, TestRun, float]:
+        """One test: both sides at once on CPU ``cpu``, joined by two fresh pipes (given away
+        to the runners). Also: how long after sending the test the interactor's report was in
+        (server clock)."""
         to_interactor_r, to_interactor_w = os.pipe()
         to_program_r, to_program_w = os.pipe()
         files = {"input": test.stdin}
@@ -125,12 +138,12 @@ class InteractiveJudge:
 
         async def judged() -> tuple[TestRun, float]:
             run = await judge_side.run_test(b"", timeout + interactor.extra_time_s, INTERACTOR_OUTPUT_BYTES,
-                                            argv=argv, files=files, pipes=(to_interactor_r, to_program_w))
+                                            argv=argv, files=files, pipes=(to_interactor_r, to_program_w), cpu=cpu)
             return run, time.monotonic() - sent
 
         runs = await asyncio.gather(
             program.run_test(b"", timeout, program.job.limits.output_bytes,
-                             pipes=(to_program_r, to_interactor_w)),
+                             pipes=(to_program_r, to_interactor_w), cpu=cpu),
             judged(), return_exceptions=True)
         for run in runs:  # both have ended (or failed): one failure is the whole test's
             if isinstance(run, BaseException):
@@ -169,12 +182,11 @@ class InteractiveJudge:
         if interactor.signal:
             return Verdict.SANDBOX_ERROR, f"the interactor was killed by signal {interactor.signal}: {said}"
         code = interactor.exit_code
-        if code in (WRONG_ANSWER, PRESENTATION_ERROR):
-            kind = "wrong answer" if code == WRONG_ANSWER else "presentation error"
+        if code in REJECTIONS:
             note = f" (the program then: {why})" if program_verdict is not None else ""
-            return Verdict.WRONG_ANSWER, f"interactor: {kind}" + (f": {said}" if said else "") + note
+            return Verdict.WRONG_ANSWER, f"interactor: {REJECTIONS[code]}" + (f": {said}" if said else "") + note
         if code != ACCEPTED:
-            what = "judge failure" if code == 3 else f"exit code {code}"
+            what = "judge failure" if code == JUDGE_FAILURE else f"exit code {code}"
             return Verdict.SANDBOX_ERROR, f"the interactor failed ({what}): {said}"
         if program_verdict is not None:
             return program_verdict, why

@@ -36,6 +36,9 @@ SESSION_SLACK_S = 5.0
 # whose tests are quick never pays for sandboxes it does not need.
 SPREAD_AFTER_S = 0.1
 CHECKER_FILES = ("input", "output", "expected")
+# testlib's exit code for a checker's own failure (quitf(_fail, ...): e.g. the expected
+# output is itself wrong): never the program's verdict.
+CHECKER_FAILURE = 3
 # Messages a runtime prints when its own heap cap (set below the cgroup cap) is hit.
 OUT_OF_MEMORY_MARKERS = (b"java.lang.OutOfMemoryError", b"\nMemoryError", b"JavaScript heap out of memory")
 
@@ -285,7 +288,8 @@ class Judge:
 
         testlib's order: the checker gets the paths of the input, the program's output and
         the expected output; exit 0 accepts, any other exit rejects, and what it prints is
-        the test's message. A checker that crashes or hangs is a sandbox error, not a verdict."""
+        the test's message. A checker that crashes, hangs or exits 3 (testlib's judge
+        failure) is a sandbox error, not a verdict."""
         pending = [result.outcomes[i] for i in runs]
         budget = len(pending) * (checker.run_timeout_s + 1.0) + SESSION_SLACK_S
         try:
@@ -307,7 +311,8 @@ class Judge:
                     check = await program.run_test(b"", checker.run_timeout_s, 64 << 10,
                                                    argv=argv, files=files)
                     said = _decode((check.stdout + check.stderr)[:ev.preview_bytes]).strip()
-                    if check.timed_out or check.signal:
+                    failed = check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE
+                    if failed:
                         result.error_kind = result.error_kind or "checker_error"
                     if check.timed_out:
                         outcome.verdict = Verdict.SANDBOX_ERROR
@@ -315,6 +320,9 @@ class Judge:
                     elif check.signal:
                         outcome.verdict = Verdict.SANDBOX_ERROR
                         outcome.message = f"the checker was killed by signal {check.signal}: {said}"
+                    elif check.exit_code == CHECKER_FAILURE:
+                        outcome.verdict = Verdict.SANDBOX_ERROR
+                        outcome.message = f"the checker failed (judge failure, exit 3): {said}"
                     elif check.exit_code == 0:
                         outcome.verdict, outcome.message = Verdict.ACCEPTED, said
                     else:

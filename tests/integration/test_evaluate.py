@@ -143,6 +143,16 @@ def test_checker_crash_is_a_sandbox_error_not_a_verdict(evaluate):
     assert accepted["error_kind"] is None and accepted["retryable"] is False
 
 
+def test_a_checker_exiting_3_is_a_judge_failure_not_a_verdict(evaluate):
+    # testlib's quitf(_fail, ...): the checker found the expected output itself wrong.
+    checker = "import sys\nprint('jury answer is wrong')\nsys.exit(3)"
+    result = evaluate("print(1)", "python", [{"expected_output": "1"}],
+                      checker={"language": "python", "code": checker})
+    assert verdicts(result) == ["sandbox_error"], result
+    assert "judge failure" in result["tests"][0]["message"] and "jury answer" in result["tests"][0]["message"]
+    assert result["error_kind"] == "checker_error" and result["retryable"] is True
+
+
 def test_function_call_tests(evaluate):
     code = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
             "        print('thinking...')\n        seen = {}\n"

@@ -50,12 +50,15 @@ def decide():
     (run(timed_out=True), run(1), True, Verdict.WRONG_ANSWER),  # it had rejected before the deadline
     (run(timed_out=True), run(timed_out=True), False, Verdict.TIME_LIMIT),  # both waiting: deadlock
     (run(timed_out=True), run(0), True, Verdict.TIME_LIMIT),    # accepted, then the program kept going
+    (run(0), run(4), True, Verdict.WRONG_ANSWER),               # testlib: extra output
+    (run(0), run(7), True, Verdict.WRONG_ANSWER),               # testlib: partial points
+    (run(0), run(8), True, Verdict.WRONG_ANSWER),               # testlib: unexpected end of file
     (run(0), run(3), True, Verdict.SANDBOX_ERROR),              # judge failure
     (run(0), run(42), True, Verdict.SANDBOX_ERROR),             # a code testlib does not use
     (run(0), run(-signal.SIGSEGV), True, Verdict.SANDBOX_ERROR),
     (run(0), run(timed_out=True), False, Verdict.SANDBOX_ERROR),  # hung after the program ended
 ], ids=["accepted", "exit-after-accept", "killed-after-accept", "wrong", "presentation", "wrong-then-pipe",
         "interactor-sigpipe", "killed-program-eof", "rejected-before-deadline", "deadlock",
-        "accepted-then-loop", "judge-failure", "unknown-code", "interactor-crash", "interactor-hang"])
+        "accepted-then-loop", "testlib-dirt", "testlib-points", "testlib-eof", "judge-failure", "unknown-code", "interactor-crash", "interactor-hang"])
 def test_the_verdict_table(decide, program, interactor, ended_first, expected):
     assert decide(program, interactor, ended_first) is expected

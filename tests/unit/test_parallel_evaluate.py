@@ -64,7 +64,7 @@ class FakeSession:
         self.box = box
         self.warm = False
 
-    async def run(self, argv, stdin, timeout_s, output_limit, files=None, zygote=(), pipes=None):
+    async def run(self, argv, stdin, timeout_s, output_limit, files=None, zygote=(), pipes=None, cpu=None):
         assert self.box.files, "the program was put in the sandbox"
         backend = self.box.backend
         backend.ran.append((self.box.id, stdin))

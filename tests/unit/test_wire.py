@@ -174,3 +174,25 @@ def test_an_id_without_a_toolchain_answers_a_sandbox_error_that_says_why(client)
                                                   "tests": [{"stdin": "", "expected_output": ""}]})
     assert response.status_code == 422
     assert "cannot run on this server" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("request_timeout, own, ceiling, expected", [
+    (10, None, 60, 30),   # at least the floor: testlib.h alone takes g++ ~5 s
+    (45, None, 60, 45),   # the request's, when it is longer
+    (10, 12, 60, 12),     # its own, when given
+    (10, None, 20, 20),   # the floor, within the server's ceiling
+])
+def test_checkers_and_interactors_compile_within_their_own_timeout(request_timeout, own, ceiling, expected):
+    from sandbox.api.schemas import EvaluateRequest
+    from sandbox.api.translate import build_evaluation
+    from sandbox.runtimes import RuntimeRegistry
+
+    settings = Settings(max_timeout_s=ceiling)
+    registry = RuntimeRegistry.load(settings.runtimes_dir)
+    judge = {"language": "cpp", "code": "int main() {}", **({"compile_timeout": own} if own else {})}
+    for role in ("checker", "interactor"):
+        req = EvaluateRequest(code="print(1)", language="python", compile_timeout=request_timeout,
+                              tests=[{"stdin": ""}], **{role: judge})
+        evaluation = build_evaluation(req, registry, settings)
+        assert getattr(evaluation, role).job.limits.compile_timeout_s == expected, role
+        assert evaluation.job.limits.compile_timeout_s == request_timeout

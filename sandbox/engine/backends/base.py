@@ -79,11 +79,12 @@ class Sandbox(Protocol):
 class TestSession(Protocol):
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
                   files: dict[str, bytes] | None = None, zygote: Sequence[str] = (),
-                  pipes: tuple[int, int] | None = None) -> TestRun:
+                  pipes: tuple[int, int] | None = None, cpu: int | None = None) -> TestRun:
         """One test in its own process: its deadline, output cap and memory facts. With
         ``pipes`` (read end, write end; given away, closed by the call) as its stdin and
         stdout instead of ``stdin`` and captured output; PipesUnsupported where the
-        backend's channel cannot carry them."""
+        backend's channel cannot carry them. With ``cpu``, the test runs on that CPU alone
+        (where the backend can pin it)."""
         ...
 
 

@@ -282,8 +282,10 @@ class OciTestSession:
 
     async def run(self, argv: Sequence[str], stdin: bytes, timeout_s: float, output_limit: int,
                   files: dict[str, bytes] | None = None, zygote: Sequence[str] = (),
-                  pipes: tuple[int, int] | None = None) -> TestRun:
+                  pipes: tuple[int, int] | None = None, cpu: int | None = None) -> TestRun:
         await self.cgroups.begin()
+        if cpu is not None:
+            self.cgroups.pin(cpu)
         before = self.cgroups.facts().oom_kills
         try:
             result = await run_one(self.channel, argv, stdin, timeout_s, output_limit, files, zygote,
