@@ -19,9 +19,10 @@ The verdict (testlib's exit codes; the interactor's own failures are never the p
    the interactor had already given its verdict and ended before that;
 2. the interactor crashed, hung after the program ended, or exited 3 ("judge failure") or
    with a code testlib does not use: sandbox_error (error_kind checker_error);
-3. the interactor rejected (1 wrong answer, 2 presentation error; testlib's 4, 7 and 8 too:
-   extra output, partial points, unexpected end of file), or was stopped by a broken pipe (it wrote to a program that had stopped reading): wrong_answer, whatever the program
-   did after that (e.g. a broken pipe of its own when writing to a closed interactor);
+3. the interactor rejected (1 wrong answer, 2 presentation error; testlib's 4, 7 and 8 too),
+   or was stopped by a broken pipe (it wrote to a program that had stopped reading):
+   wrong_answer, whatever the program did after that (e.g. a broken pipe of its own when
+   writing to a closed interactor);
 4. the interactor accepted: the program's own limits and exit status decide (memory,
    output, runtime error), else accepted.
 """
@@ -43,8 +44,8 @@ from .workqueue import WorkQueue
 SESSION_SLACK_S = 5.0
 INTERACTOR_OUTPUT_BYTES = 64 << 10
 ACCEPTED, JUDGE_FAILURE = 0, 3  # testlib's exit codes
-# testlib's other verdicts, each the program's failure: 4 and 8 where testlib is built to
-# report extra output and an unexpected end of the program's output apart, 7 partial points.
+# Each the program's failure. 4: extra output (testlib built for ejudge: presentation error),
+# 7: partial points (quitp), 8: unexpected end of file (built with ENABLE_UNEXPECTED_EOF).
 REJECTIONS = {1: "wrong answer", 2: "presentation error", 4: "wrong output format",
               7: "partial points", 8: "unexpected end of file"}
 CHECKER_ERROR = "checker_error"
@@ -137,8 +138,9 @@ class InteractiveJudge:
         sent = time.monotonic()
 
         async def judged() -> tuple[TestRun, float]:
-            run = await judge_side.run_test(b"", timeout + interactor.extra_time_s, INTERACTOR_OUTPUT_BYTES,
-                                            argv=argv, files=files, pipes=(to_interactor_r, to_program_w), cpu=cpu)
+            run = await judge_side.run_test(
+                b"", timeout + interactor.extra_time_s, INTERACTOR_OUTPUT_BYTES, argv=argv,
+                files=files, pipes=(to_interactor_r, to_program_w), cpu=cpu)
             return run, time.monotonic() - sent
 
         runs = await asyncio.gather(
@@ -184,7 +186,8 @@ class InteractiveJudge:
         code = interactor.exit_code
         if code in REJECTIONS:
             note = f" (the program then: {why})" if program_verdict is not None else ""
-            return Verdict.WRONG_ANSWER, f"interactor: {REJECTIONS[code]}" + (f": {said}" if said else "") + note
+            return (Verdict.WRONG_ANSWER,
+                    f"interactor: {REJECTIONS[code]}" + (f": {said}" if said else "") + note)
         if code != ACCEPTED:
             what = "judge failure" if code == JUDGE_FAILURE else f"exit code {code}"
             return Verdict.SANDBOX_ERROR, f"the interactor failed ({what}): {said}"

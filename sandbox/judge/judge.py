@@ -311,8 +311,7 @@ class Judge:
                     check = await program.run_test(b"", checker.run_timeout_s, 64 << 10,
                                                    argv=argv, files=files)
                     said = _decode((check.stdout + check.stderr)[:ev.preview_bytes]).strip()
-                    failed = check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE
-                    if failed:
+                    if check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE:
                         result.error_kind = result.error_kind or "checker_error"
                     if check.timed_out:
                         outcome.verdict = Verdict.SANDBOX_ERROR
