@@ -223,6 +223,24 @@ print("?", numbers[0] if numbers else 0, flush=True)
     assert verdicts(body) == ["wrong_answer"], body
 
 
+@pytest.mark.parametrize("attack, expected", [
+    # Floods the interactor with bytes that are no question: rejected, and the flood ends.
+    ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", "wrong_answer"),
+    # Leaves a daemon holding both pipes open: the test still ends when the program does.
+    (SOLUTION_PY.replace("lo, hi = 1, 1000000",
+                         "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(1000)\n"
+                         "lo, hi = 1, 1000000"), "accepted"),
+    ("import os\nwhile True:\n    try: os.fork()\n    except OSError: pass\n", "time_limit"),
+    # Signals every pid it can name, hoping to reach the interactor: it sees only its own.
+    ("import os, signal\nfor p in range(1, 40000):\n    try: os.kill(p, signal.SIGKILL)\n"
+     "    except Exception: pass\nprint('? 1', flush=True)\n", "wrong_answer"),
+], ids=["flood", "daemon", "fork-bomb", "kill-everything"])
+def test_hostile_programs_get_their_verdict_and_leave_nothing_behind(oci_server, attack, expected):
+    body = evaluate(oci_server, attack, "python", INTERACTOR_CPP, "cpp", secrets=["5", "77"], run_timeout=2)
+    assert verdicts(body) == [expected] * 2, body
+    assert verdicts(evaluate(oci_server, SOLUTION_PY, "python", INTERACTOR_CPP, "cpp")) == ["accepted"] * 4
+
+
 def test_the_answer_file_and_stop_on_first_failure(oci_server):
     # The interactor reads the expected answer (its third argument) when the test has one.
     checks_answer = INTERACTOR_CPP.replace(
