@@ -145,16 +145,17 @@ class Engine:
                                           artifact=artifact, shareable=share)
 
     @asynccontextmanager
-    async def extra_test_session(self, program: "PreparedProgram",
-                                 budget_s: float) -> AsyncIterator["PreparedProgram | None"]:
+    async def extra_test_session(self, program: "PreparedProgram", budget_s: float,
+                                 take_slot: bool = True) -> AsyncIterator["PreparedProgram | None"]:
         """``program`` (from ``test_session(share=True)``) in one more fresh sandbox, its
         compile replayed, ready to run tests, if a slot is free right now (``try_slot``);
-        None at once if not. Nothing is compiled and the compile cache is not asked."""
+        None at once if not. Nothing is compiled and the compile cache is not asked.
+        ``take_slot=False``: a sandbox riding on a slot already held (as in test_session)."""
         job = program.job
         if not program.can_copy:
             yield None
             return
-        async with self.try_slot() as got:
+        async with self.try_slot() if take_slot else contextlib.nullcontext(True) as got:
             if not got:
                 yield None
                 return

@@ -5,7 +5,9 @@ files, whatever it tries), both compiled once per request; for each test the ser
 two pipes, program stdout -> interactor stdin and interactor stdout -> program stdin, and
 hands each side its ends through its sandbox's test runner (backends that can carry file
 descriptors: oci). The program has the test's time limit; the interactor that much plus
-its own ``extra_time_s``, so a program that stops answering is the one timed out.
+its own ``extra_time_s``, so a program that stops answering is the one timed out. The tests
+are a queue, as ordinary tests are: more pairs of sandboxes join on free slots when that
+pays off (``Judge._spread``).
 
 Both sides of a test run on the same CPU (the next one in turn): each query is a write, a
 wake-up of the other side and a read, and a wake-up across CPUs costs far more than the
@@ -30,6 +32,7 @@ The verdict (testlib's exit codes; the interactor's own failures are never the p
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -76,22 +79,35 @@ class InteractiveJudge:
             interactor_budget = min(interactor_budget,
                                     ev.total_timeout_s + interactor.extra_time_s + SESSION_SLACK_S)
         result = EvaluationResult([])
-        # The same queue as ordinary tests (skips, budget, early stop), taken by one sandbox.
+        # The same queue as ordinary tests (skips, budget, early stop), taken by one pair of
+        # sandboxes and, as ordinary tests are, by more pairs on free slots (Judge._spread).
         work = WorkQueue(ev, [None] * len(ev.tests), deadline)
+        share = self.judge.max_parallel > 1 and len(ev.tests) > 1
         try:
-            async with self.engine.test_session(ev.job, budget) as program:
+            async with self.engine.test_session(ev.job, budget, share=share) as program:
                 result.compile, result.sandbox_id = program.compile, program.sandbox_id
                 if not program.compiled:
                     return self.judge._not_compiled(ev, result, program.compile_oom_killed)
                 # The interactor is the judge's part of this request: it rides on the
                 # program's sandbox slot (two slots could deadlock a full server).
                 async with self.engine.test_session(interactor.job, interactor_budget,
-                                                    take_slot=False) as judge_side:
+                                                    share=share, take_slot=False) as judge_side:
                     result.interactor_compile = judge_side.compile
                     if not judge_side.compiled:
                         return self._interactor_not_compiled(ev, result)
-                    result.sandboxes = 1  # the program's (the interactor's is the judge's)
-                    await self._run_tests(work, program, judge_side, result)
+
+                    async def run_in_copy(work: WorkQueue, copy) -> None:
+                        async with self.engine.extra_test_session(
+                                judge_side, interactor_budget, take_slot=False) as judge_copy:
+                            if judge_copy is not None:
+                                await self._run_tests(work, copy, judge_copy, result, borrowed=True)
+
+                    work.workers = 1
+                    spread = (self.judge._spread(work, program, budget, run_in_copy, copy_sandboxes=2,
+                                                 copy_warm_start_s=interactor.job.spec.zygote_start_s)
+                              if judge_side.can_copy else contextlib.nullcontext())
+                    async with spread:
+                        await self._run_tests(work, program, judge_side, result)
         except SandboxEndedByProgram:
             pass  # the test that did it is recorded
         except PipesUnsupported as exc:
@@ -102,12 +118,20 @@ class InteractiveJudge:
             result.message = str(work.error)
             result.error_kind = result.error_kind or work.error.kind
         result.outcomes[:] = work.finish()
+        result.sandboxes = work.sandboxes  # the program's (each interactor's is the judge's)
         return result
 
-    async def _run_tests(self, work: WorkQueue, program, judge_side, result: EvaluationResult) -> None:
+    async def _run_tests(self, work: WorkQueue, program, judge_side, result: EvaluationResult,
+                         borrowed: bool = False) -> None:
+        """Take tests from ``work`` and run them in this pair of sandboxes until none is left
+        or the evaluation halts; a ``borrowed`` pair also stops once another request waits
+        for a slot (as Judge._run_tests)."""
         ev = work.ev
         per_test = ev.job.limits.run_timeout_s
-        while (index := work.take()) is not None:
+        ran = False
+        while not (borrowed and self.engine.waiting) and (index := work.take(not ran)) is not None:
+            if not ran:
+                ran, work.sandboxes = True, work.sandboxes + 1
             left = work.time_left()
             timeout = per_test if left is None else min(per_test, left)
             with work.attempt(index):

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import AsyncIterator, Awaitable, Callable
 
 from ..engine import Engine
 from ..engine.engine import PreparedProgram
@@ -29,6 +29,8 @@ from .workqueue import WorkQueue
 
 log = logging.getLogger(__name__)
 
+# Runs tests taken from the queue in one more copy of the program (Judge._spread).
+RunInCopy = Callable[[WorkQueue, PreparedProgram], Awaitable[None]]
 OOM_SLACK_BYTES = 1 << 20
 SESSION_SLACK_S = 5.0
 # Tests start spreading over free sandboxes once a test has run this long, or once what is
@@ -145,25 +147,31 @@ class Judge:
         return outcome, run, clean
 
     @asynccontextmanager
-    async def _spread(self, work: WorkQueue, program: PreparedProgram,
-                      budget_s: float) -> AsyncIterator[None]:
+    async def _spread(self, work: WorkQueue, program: PreparedProgram, budget_s: float,
+                      run_in_copy: RunInCopy | None = None,
+                      copy_sandboxes: int = 1, copy_warm_start_s: float = 0.0) -> AsyncIterator[None]:
         """While the block runs tests in ``program``'s sandbox, run the rest of them in more
         sandboxes too, on slots that are free (never waiting for one), once that looks worth
         a sandbox's start: when a test has run for SPREAD_AFTER_S (or twice what opening a
         sandbox takes these days, if more), or what is left would take that long at the
         pace so far. At most ``max_parallel`` sandboxes in all, one more at a time, and
         evaluations that want more share the free slots evenly. On exit, waits for each
-        borrowed sandbox to finish its test."""
+        borrowed sandbox to finish its test.
+
+        ``run_in_copy(work, copy)`` runs tests in a copy of the program (by default as
+        ``_run_tests`` does); a copy that needs ``copy_sandboxes`` sandboxes (an interactor
+        beside it) and warms up ``copy_warm_start_s`` more must pay off that much more."""
         if self.max_parallel <= 1 or not program.can_copy:
             yield
             return
         helpers: list[asyncio.Task] = []
+        run_in_copy = run_in_copy or (lambda work, copy: self._run_tests(work, copy, borrowed=True))
 
         async def helper() -> None:
             try:
                 async with self.engine.extra_test_session(program, budget_s) as copy:
                     if copy is not None:
-                        await self._run_tests(work, copy, borrowed=True)
+                        await run_in_copy(work, copy)
             except BackendError as exc:
                 # A test's failure is recorded; a borrowed sandbox that fails to start or
                 # stop costs nothing, the other sandboxes run the tests.
@@ -177,7 +185,8 @@ class Judge:
             try:
                 while True:
                     # Slower sandbox starts (the docker backend, a loaded host) must pay off more.
-                    after = max(SPREAD_AFTER_S, 2 * (self.engine.sandbox_open_s + warm_start))
+                    start = copy_sandboxes * self.engine.sandbox_open_s + warm_start + copy_warm_start_s
+                    after = max(SPREAD_AFTER_S, 2 * start)
                     await asyncio.sleep(after / 2)
                     left = work.time_left()
                     if work.halted is not None or not work.pending or (left is not None and left < 2 * after):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import requests
 
+from ..conftest import running_server
 from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -300,6 +301,34 @@ def test_a_hundred_thousand_queries_fit_a_contest_time_limit(oci_server):
                     run_timeout=2)
     assert verdicts(body) == ["accepted"], body
     assert body["tests"][0]["message"] == "100000 round trips"
+
+
+# The interactor hands the program the test's input and accepts the answer "done"; the
+# program never answers when the input is "hang".
+RELAY_INTERACTOR_PY = ("import sys\nprint(open(sys.argv[1]).read().strip(), flush=True)\n"
+                       "ok = sys.stdin.readline().strip() == 'done'\n"
+                       "sys.stderr.write('done' if ok else 'no answer')\nsys.exit(0 if ok else 1)\n")
+HANGS_WHEN_ASKED_PY = "import time\nif input() == 'hang':\n    time.sleep(100)\nprint('done', flush=True)\n"
+
+
+@pytest.fixture(scope="module")
+def one_slot_oci_server(oci_server, tmp_path_factory) -> str:
+    """One sandbox slot: every evaluation's tests run in one pair of sandboxes."""
+    with running_server(tmp_path_factory.mktemp("one-slot-oci"), backend="oci", max_concurrency=1) as url:
+        yield url
+
+
+def test_tests_that_hang_spread_over_free_sandbox_pairs(oci_server, one_slot_oci_server):
+    # As ordinary tests do: verdicts in test order, equal to one pair's; more pairs when free.
+    cases = ["hang", "ok", "hang", "ok", "ok", "hang"]
+    expected = ["time_limit" if case == "hang" else "accepted" for case in cases]
+    spread = evaluate(oci_server, HANGS_WHEN_ASKED_PY, "python", RELAY_INTERACTOR_PY, "python",
+                      secrets=cases, run_timeout=1)
+    alone = evaluate(one_slot_oci_server, HANGS_WHEN_ASKED_PY, "python", RELAY_INTERACTOR_PY, "python",
+                     secrets=cases, run_timeout=1)
+    assert verdicts(spread) == verdicts(alone) == expected, (spread, alone)
+    assert spread["sandboxes"] > 1 and alone["sandboxes"] == 1, (spread, alone)
+    assert all(t["message"] == "done" for t in spread["tests"] if t["verdict"] == "accepted")
 
 
 def test_interactor_with_a_checker_is_refused(oci_server):
