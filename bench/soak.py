@@ -1,5 +1,5 @@
 """Soak run: thousands of mixed requests, some hostile, at high concurrency against one server
-(`/run_code`, and `/v1/evaluate` with hostile tests).
+(`/run_code`, and `/v1/evaluate` with hostile tests and interactive problems).
 
 Reports requests sent and answered, HTTP errors, wrong verdicts (each request knows the
 verdict it must get), sandboxes leaked afterwards, the server's memory over the run, and
@@ -44,12 +44,36 @@ def _sum(lang):
     }[lang]
 
 
+# An interactive problem: find the secret in [1, 10^6] asking "? x"; the interactor answers
+# "<" (smaller), ">" or "=" and accepts within 25 questions. The guessers never ask about 7.
+INTERACTOR = {
+    "python": ("import sys\nsecret = int(open(sys.argv[1]).read())\nfor asked in range(25):\n"
+               "    line = sys.stdin.readline()\n    if not line.startswith('? '): sys.exit(1)\n"
+               "    x = int(line[2:])\n    print('=' if x == secret else '<' if x > secret else '>', flush=True)\n"
+               "    if x == secret: sys.exit(0)\nsys.exit(1)\n"),
+    "cpp": ("#include <cstdio>\nint main(int c, char **v) { FILE *in = fopen(v[1], \"r\"); long s, x;"
+            " if (!in || fscanf(in, \"%ld\", &s) != 1) return 3;"
+            " for (int i = 0; i < 25; i++) { if (scanf(\" ? %ld\", &x) != 1) return 1;"
+            " puts(x == s ? \"=\" : x > s ? \"<\" : \">\"); fflush(stdout); if (x == s) return 0; }"
+            " return 1; }\n"),
+}
+GUESSER = {
+    "python": ("import sys, time\nlo, hi = 1, 10**6\nwhile lo <= hi:\n    mid = (lo + hi) // 2\n"
+               "    if mid == 7: time.sleep(60)\n    print('?', mid, flush=True)\n    a = input().strip()\n"
+               "    if a == '=': break\n    lo, hi = (lo, mid - 1) if a == '<' else (mid + 1, hi)\n"),
+    "cpp": ("#include <cstdio>\n#include <unistd.h>\nint main() { long lo = 1, hi = 1000000; char a[4];"
+            " while (lo <= hi) { long mid = (lo + hi) / 2; if (mid == 7) sleep(60);"
+            " printf(\"? %ld\\n\", mid); fflush(stdout); if (scanf(\"%3s\", a) != 1 || a[0] == '=') return 0;"
+            " if (a[0] == '<') hi = mid - 1; else lo = mid + 1; } }\n"),
+}
+
+
 def make_request(rng: random.Random) -> tuple[str, dict, callable]:
     """(kind, body, check) where check(response_json) -> True when the verdict is right."""
     kind = rng.choices(
         ["sum", "wrong", "timeout", "memory", "fork", "flood", "network", "compile_error", "sql",
-         "evaluate", "evaluate_hostile"],
-        weights=[50, 10, 6, 6, 3, 4, 6, 8, 7, 8, 4])[0]
+         "evaluate", "evaluate_hostile", "evaluate_interactive"],
+        weights=[50, 10, 6, 6, 3, 4, 6, 8, 7, 8, 4, 4])[0]
     a, b = rng.randint(-10**6, 10**6), rng.randint(-10**6, 10**6)
     if kind == "evaluate":  # POST /v1/evaluate: five tests, the last expecting a wrong answer
         lang = rng.choice(["python", "cpp", "java"])
@@ -69,6 +93,15 @@ def make_request(rng: random.Random) -> tuple[str, dict, callable]:
                 "memory_limit_MB": 128}
         return kind, body, lambda r: r["verl_results"][1] is True and r["verl_results"][2] == -2 \
             and r["verl_results"][4] is True and r["verl_results"][0] in (-3, -2)
+    if kind == "evaluate_interactive":  # binary search against an interactor; it hangs on 7
+        lang = rng.choice(["python", "cpp"])
+        # A search for 7 asks "? 7"; a search for 1000 or more never does.
+        secrets = [rng.randint(1000, 10**6), 7, rng.randint(1000, 10**6), 10**6]
+        tests = [{"stdin": f"{secret}\n"} for secret in secrets]
+        body = {"code": GUESSER[lang], "language": lang, "tests": tests, "run_timeout": 2,
+                "interactor": {"language": rng.choice(["python", "cpp"]), "code": "", "run_timeout": 2}}
+        body["interactor"]["code"] = INTERACTOR[body["interactor"]["language"]]
+        return kind, body, lambda r: r["verl_results"] == [True, -3, True, True]
     if kind == "sum":
         lang = rng.choice(["python", "cpp", "java", "go", "rust", "nodejs"])
         body = {"code": _sum(lang), "language": lang, "stdin": f"{a} {b}\n"}
@@ -198,6 +231,7 @@ def main() -> int:
     outcome: Counter = Counter()
     wrong_by_kind: Counter = Counter()
     wrong_examples: list[dict] = []
+    lost_examples: list[dict] = []  # requests that got no HTTP answer: why
     http_codes: Counter = Counter()
     latencies: list[float] = []
     python_sums: list[tuple[int, float]] = []  # (answer order, latency) of python "sum" runs
@@ -215,9 +249,13 @@ def main() -> int:
         for attempt in range(6):  # like verl: a 504 means "busy", wait Retry-After and retry
             try:
                 response = session.s.post(f"{args.url}{path}", json=payload, timeout=120)
-            except requests.RequestException:
+            except requests.RequestException as exc:
                 with lock:
                     outcome["lost"] += 1
+                    if len(lost_examples) < 5:
+                        lost_examples.append({"kind": kind, "attempt": attempt,
+                                              "after_s": round(time.perf_counter() - started, 1),
+                                              "error": f"{type(exc).__name__}: {exc}"[:300]})
                 return
             if response.status_code != 504:
                 break
@@ -257,7 +295,8 @@ def main() -> int:
     report = {
         "requests_sent": args.requests, "answered_200": outcome["answered"],
         "http_errors": dict(http_codes - Counter({200: http_codes[200]})),
-        "lost": outcome["lost"], "retried_after_504": outcome["retried_504"],
+        "lost": outcome["lost"], "lost_examples": lost_examples,
+        "retried_after_504": outcome["retried_504"],
         "wrong_verdicts": outcome["wrong_verdict"],
         "wrong_by_kind": dict(wrong_by_kind), "wrong_examples": wrong_examples, "leftovers": left,
         "wall_s": round(wall, 1), "throughput_rps": round(args.requests / wall, 1),
