@@ -128,10 +128,7 @@ class InteractiveJudge:
         for a slot (as Judge._run_tests)."""
         ev = work.ev
         per_test = ev.job.limits.run_timeout_s
-        ran = False
-        while not (borrowed and self.engine.waiting) and (index := work.take(not ran)) is not None:
-            if not ran:
-                ran, work.sandboxes = True, work.sandboxes + 1
+        for index in work.for_sandbox(lambda: borrowed and self.engine.waiting):
             left = work.time_left()
             timeout = per_test if left is None else min(per_test, left)
             with work.attempt(index):

@@ -126,10 +126,7 @@ class Judge:
         until none is left or the evaluation halts; a ``borrowed`` sandbox also stops as soon
         as another request waits for a slot. A sandbox that fails or that a test ended is
         recorded, then raised (its session must not be closed as if it were fine)."""
-        ran = False
-        while not (borrowed and self.engine.waiting) and (index := work.take(not ran)) is not None:
-            if not ran:
-                ran, work.sandboxes = True, work.sandboxes + 1
+        for index in work.for_sandbox(lambda: borrowed and self.engine.waiting):
             with work.attempt(index):
                 outcome, run, clean = await self._run_test(work, program, index)
             work.record(outcome, run, clean)

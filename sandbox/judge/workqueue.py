@@ -13,7 +13,7 @@ import enum
 import time
 from collections import deque
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.runner_protocol import TestRun
@@ -64,6 +64,15 @@ class WorkQueue:
         if first_in_sandbox:
             self.first_in_sandbox.add(index)
         return index
+
+    def for_sandbox(self, stop: Callable[[], bool]) -> Iterator[int]:
+        """The tests one sandbox takes, one at a time as it finishes the last, until none is
+        left, the evaluation halts or ``stop()``; counts the sandbox once it takes one."""
+        first = True
+        while not stop() and (index := self.take(first)) is not None:
+            if first:
+                first, self.sandboxes = False, self.sandboxes + 1
+            yield index
 
     def halt(self, why: Halt) -> None:
         if self.halted is None:
