@@ -43,9 +43,16 @@ def _default_compiles() -> int:
 
 
 def _default_concurrency() -> int:
-    # Each container gets one CPU; starting one through dockerd costs ~0.25 s of CPU too.
-    # Twice the cores keeps the CPUs busy without an unbounded pile-up (the rest queue).
-    return max(2, 2 * (os.cpu_count() or 1))
+    # Open sandboxes, most of them sleeping or waiting at any time under an RL step's load (the
+    # computing ones are bounded by cpu_share): 16 per core costs ~25 MB each of the server's
+    # and runtimes' memory at most, beside what the programs are charged (checked apart).
+    return max(16, 16 * (os.cpu_count() or 1))
+
+
+def _default_memory_reserve_mb() -> int:
+    import psutil
+
+    return max(512, int(psutil.virtual_memory().total * 0.05 / MiB))
 
 
 ENV_PREFIX = "SANDBOX_"
@@ -178,8 +185,27 @@ class Settings(BaseSettings):
                           description="Per-request bundles and work directories (oci backend).")
     max_concurrency: int = Field(
         default_factory=_default_concurrency, ge=1,
-        description="Containers running at once; further requests wait in a queue.",
-        json_schema_extra={"shown_default": "2 x CPU cores"})
+        description="Sandboxes open at once, at most; further requests wait in a queue. How "
+                    "many of them may compute at once is bounded by `cpu_share`; a sandbox that "
+                    "sleeps or waits for input does not count there.",
+        json_schema_extra={"shown_default": "16 x CPU cores"})
+    cpu_share: float = Field(
+        0.3, ge=0, le=1,
+        description="CPU each running program is guaranteed, in CPUs: a program that needs at "
+                    "most cpu_share x run_timeout seconds of CPU is never stopped for time, "
+                    "however loaded the server (past run_timeout a starved run goes on until it "
+                    "had that much CPU, at most twice run_timeout; alone, run_timeout is plain "
+                    "wall-clock time). Admission lets at most CPU cores / cpu_share sandboxes "
+                    "compute at once. A program that loops costs cpu_share x run_timeout CPU "
+                    "seconds. 0: run_timeout is wall-clock time under any load, and at most "
+                    "2 x CPU cores sandboxes compute at once (docs/api.md, \"Time limits under "
+                    "load\").")
+    memory_reserve_mb: int = Field(
+        default_factory=_default_memory_reserve_mb, ge=0,
+        description="Memory the machine keeps available: while less is, no further sandbox "
+                    "starts (the caps of the open ones may add up to more than the machine; "
+                    "what they are charged may not).",
+        json_schema_extra={"shown_default": "5% of the machine's memory, at least 512"})
     max_compiles: int = Field(
         default_factory=_default_compiles, ge=1,
         description="Compiles running at once (each has one CPU); others wait their turn, their "
@@ -191,9 +217,12 @@ class Settings(BaseSettings):
         1024, ge=0, description="Requests that may wait for a sandbox; beyond it: HTTP 504 at once.")
     queue_timeout_s: float = Field(
         9.0, gt=0,
-        description="Longest wait for a sandbox before HTTP 504 + Retry-After. verl gives up "
-                    "after compile_timeout + run_timeout + 10 s and retries only 504, so a "
-                    "wait under 10 s always leaves the program its full time.")
+        description="Longest wait for a sandbox before HTTP 504 + Retry-After; a request with "
+                    "nothing to compile (an interpreted language, a compile the cache holds) "
+                    "may also wait what its compile_timeout exceeds the longest extension of "
+                    "its run (cpu_share). verl gives up after compile_timeout + run_timeout + "
+                    "10 s and retries only 504, so such a wait always leaves the program its "
+                    "full time.")
     max_memory_mb: int = Field(
         4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
     max_timeout_s: float = Field(
@@ -393,6 +422,12 @@ class Settings(BaseSettings):
             raise ValueError(f"assets_folder {self.assets_folder} is not a folder; create it or "
                              f"unset SANDBOX_ASSETS_FOLDER")
         return self
+
+    @property
+    def cpu_slots(self) -> int:
+        """Sandboxes that may compute at once (``Admission``)."""
+        cores = len(os.sched_getaffinity(0))
+        return max(1, int(cores / self.cpu_share)) if self.cpu_share > 0 else max(2, 2 * cores)
 
     @property
     def assets_directory(self) -> Path:

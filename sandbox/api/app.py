@@ -81,7 +81,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     cache = CompileCache(settings.compile_cache_mb << 20) if settings.compile_cache_mb else None
     engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache,
                     max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s,
-                    max_compiles=settings.max_compiles)
+                    max_compiles=settings.max_compiles, cpu_slots=settings.cpu_slots,
+                    memory_reserve_bytes=settings.memory_reserve_mb << 20)
     registry = served_registry(all_languages, engine.backend)
 
     @asynccontextmanager
@@ -127,13 +128,15 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 warming = asyncio.create_task(engine.backend.warm(registry.images + gpu_images))
         except BackendError as exc:
             log.error("container backend not ready: %s", exc)
-        log.info("serving %s with the %s backend, %d sandboxes at once",
-                 ", ".join(registry.languages), getattr(engine.backend, "description", engine.backend.name),
-                 settings.max_concurrency)
+        log.info("serving %s with the %s backend, %d sandboxes open and %d computing at once "
+                 "(each guaranteed %g of a CPU)", ", ".join(registry.languages),
+                 getattr(engine.backend, "description", engine.backend.name),
+                 settings.max_concurrency, engine.admission.cpu_slots, settings.cpu_share)
         yield
         if warming:
             warming.cancel()
         await app.state.services.sessions.close()
+        await engine.admission.close()
         await engine.backend.close()
         instance_lock.release()
 
@@ -171,7 +174,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @app.exception_handler(Overloaded)
     async def overloaded(request: Request, exc: Overloaded):
         # 504 is what verl retries (after 1 s, then 2 s); Retry-After says when.
-        return JSONResponse(status_code=504, headers={"Retry-After": "1"},
+        return JSONResponse(status_code=504, headers={"Retry-After": f"{exc.retry_after_s:.0f}"},
                             content={"detail": f"sandbox busy: {exc}; retry shortly",
                                      "error_kind": "overloaded", "retryable": True})
 
@@ -233,6 +236,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         cache = engine.compile_cache
         sessions = services.sessions
         return {"running": engine.running, "waiting": engine.waiting,
+                "computing": engine.admission.computing, "cpu_slots": engine.admission.cpu_slots,
                 "sessions": {"active": len(sessions), "busy": sum(s.busy for s in sessions.sessions()),
                              "max_sessions": sessions.max_sessions,
                              "by_language": dict(sessions.active_by_language())},

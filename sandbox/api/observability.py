@@ -109,6 +109,10 @@ class _EngineGauges:
                                 value=engine.waiting)
         yield GaugeMetricFamily("sandbox_running_containers", "Sandboxes running a job now.",
                                 value=engine.running)
+        yield GaugeMetricFamily("sandbox_computing_containers",
+                                "Of those, the ones using a CPU (the rest sleep or wait); "
+                                "admission keeps them at most cpu_slots.",
+                                value=engine.admission.computing)
         warm = GaugeMetricFamily("sandbox_warm_pool_size",
                                  "docker backend: started, unused containers ready, by image.",
                                  labels=["image"])

@@ -74,6 +74,10 @@ class CommandRunResult(BaseModel):
     stdout_truncated: bool = Field(False, description="stdout passed the output cap; the program was stopped.")
     stderr_truncated: bool = Field(False, description="stderr passed the output cap; the program was stopped.")
     cached: bool = Field(False, description="Compile step reused from the compile cache (same code and files).")
+    cpu_time: float | None = Field(
+        None, description="CPU seconds the step's processes used (null where not measured). Beside "
+                          "execution_time it shows whether a run computed, waited, or was "
+                          "starved (docs/api.md, \"Time limits under load\").")
 
 
 # Why a SandboxError was not the program's doing (machine-readable; docs/api.md "Infrastructure

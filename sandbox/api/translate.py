@@ -92,6 +92,7 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         fetch_bytes=settings.max_fetch_bytes,
         network=settings.network,
         gpu=spec.gpu,
+        cpu_share=settings.cpu_share,
     )
     _check_utf8(req)
     try:
@@ -191,6 +192,7 @@ def _step(step: StepResult | None) -> CommandRunResult | None:
         stdout_truncated=step.stdout_truncated,
         stderr_truncated=step.stderr_truncated,
         cached=step.cached,
+        cpu_time=None if step.cpu_time_s is None else round(step.cpu_time_s, 6),
     )
 
 

@@ -253,3 +253,60 @@ def _write(path: Path, data: bytes) -> None:
         os.write(fd, data)
     finally:
         os.close(fd)
+
+
+class CgroupCpu:
+    """The CPU side of one container's cgroup (v1 or v2): the CPU time its processes have used,
+    and how long its live threads have waited for a CPU while runnable (``/proc/<tid>/schedstat``).
+
+    The two tell a program that is starved (runnable, no CPU free) from one that sleeps or
+    waits for input, which the CPU time alone cannot: ``FairDeadline`` needs exactly that."""
+
+    def __init__(self, cgroups_path: str) -> None:
+        self._rel = cgroups_path.lstrip("/")
+        self._folder: Path | None = None  # found once the runtime has made the cgroup
+        self._v1_usage: str | None = None
+        self._threads = "cgroup.threads"
+
+    def _find(self) -> Path | None:
+        if self._folder is None:
+            v1 = next((p for p in CGROUP_ROOT.glob(f"*/{self._rel}/cpuacct.usage")), None)
+            if v1 is not None:
+                self._folder, self._v1_usage, self._threads = v1.parent, str(v1), "tasks"
+            elif (CGROUP_ROOT / self._rel / "cpu.stat").is_file():
+                self._folder = CGROUP_ROOT / self._rel
+        return self._folder
+
+    def usage_s(self) -> float | None:
+        """CPU seconds used by every process of the cgroup (and its children) so far; None
+        before the cgroup exists or where it cannot be read."""
+        folder = self._find()
+        if folder is None:
+            return None
+        if self._v1_usage is not None:
+            value = _read_int(self._v1_usage)
+            return None if value is None else value / 1e9
+        value = _read_counter(folder / "cpu.stat", "usage_usec")
+        return None if value is None else value / 1e6
+
+    def waited_s(self) -> float:
+        """Seconds the cgroup's live threads (its children's too) spent runnable but waiting for
+        a CPU, summed: a thread that ended no longer counts. A sum over threads can exceed the
+        wall time; ``FairDeadline`` only ever uses it to give a program more time."""
+        folder = self._find()
+        if folder is None:
+            return 0.0
+        total = 0
+        for folder in (folder, *folder.glob("*/")):
+            for tid in (_read(folder / self._threads) or b"").split():
+                total += schedstat_waited_ns(int(tid))
+        return total / 1e9
+
+
+def schedstat_waited_ns(tid: int) -> int:
+    """Nanoseconds thread ``tid`` spent runnable on a run queue, waiting for a CPU (0 if gone)."""
+    fields = (_read(f"/proc/{tid}/schedstat") or b"").split()
+    try:
+        return int(fields[1])
+    except (IndexError, ValueError):
+        return 0

@@ -17,8 +17,10 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator, Callable, Sequence
 
 from ..runtimes import RuntimeSpec
+from .admission import Admission, Overloaded, Ticket
 from .backends.base import Backend, BackendError
 from .compile_cache import CachedCompile, CompileCache, compile_key
+from .deadline import FairDeadline
 from .models import Job, JobResult, Limits, StepResult, StepStatus
 from .runner_protocol import TestRun
 
@@ -28,35 +30,54 @@ OOM_SLACK_BYTES = 1 << 20
 MAX_ARTIFACT_BYTES = 256 << 20
 
 
-class Overloaded(RuntimeError):
-    """The job could not start in time: the queue was full, or it waited too long."""
-
-
 class Engine:
+    """``max_concurrency``: sandboxes open at once, at most; ``cpu_slots``: sandboxes computing
+    at once, at most (default: as many as may be open); see ``admission.Admission``."""
+
     def __init__(self, backend: Backend, max_concurrency: int,
                  compile_cache: CompileCache | None = None, max_queue: int = 1024,
-                 queue_timeout_s: float = 9.0, max_compiles: int | None = None) -> None:
+                 queue_timeout_s: float = 9.0, max_compiles: int | None = None,
+                 cpu_slots: int | None = None, memory_reserve_bytes: int = 0) -> None:
         self.backend = backend
         self.max_concurrency = max_concurrency
         self.compile_cache = compile_cache
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
-        self._gate = asyncio.Semaphore(max_concurrency)
+        self.admission = Admission(min(cpu_slots or max_concurrency, max_concurrency),
+                                   max_concurrency, max_queue, memory_reserve_bytes)
         # Compiles are CPU-bound (one CPU each): more at once than cores only makes each take
         # longer, until some pass their timeout. The timeout counts from the compile's start.
         self._compiling = asyncio.Semaphore(max_compiles or max_concurrency)
-        self.waiting = 0
-        self.running = 0
         # Called with the seconds from asking the backend for a sandbox to having it (metrics).
         self.on_sandbox_open: Callable[[float], None] | None = None
         # Those seconds, a moving average: what one more sandbox costs a request in time.
         self.sandbox_open_s = 0.0
 
+    @property
+    def waiting(self) -> int:
+        return self.admission.waiting
+
+    @property
+    def running(self) -> int:
+        return len(self.admission.open)
+
+    def wait_budget(self, job: Job, compiles: bool) -> float:
+        """How long ``job`` may wait for a sandbox: ``queue_timeout_s``, plus what its client
+        allowed for a compile it has no need of, less what a starved run may take past its
+        run_timeout. SandboxFusion's clients wait compile_timeout + run_timeout + 10 s (verl
+        retries a 504, but not its own timeout): the answer must come before that."""
+        limits = job.limits
+        spare = 0.0 if compiles else limits.compile_timeout_s
+        extension = FairDeadline.for_run(limits.run_timeout_s, limits.cpu_share).max_extension_s
+        return self.queue_timeout_s + max(0.0, spare - extension)
+
     async def run(self, job: Job) -> JobResult:
         async with self._compile_claim(job) as claim:
             if claim.known_error:
                 return JobResult(compile=_replayed(claim.cached))  # no sandbox needed
-            result, claim.entry = await self._admitted(job, claim.cached, claim.owner)
+            compiles = job.spec.compile is not None and claim.cached is None
+            result, claim.entry = await self._admitted(job, claim.cached, claim.owner,
+                                                       self.wait_budget(job, compiles))
             return result
 
     @asynccontextmanager
@@ -75,45 +96,32 @@ class Engine:
             if owner:
                 self.compile_cache.release(key, claim.entry)
 
-    async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False
-                        ) -> tuple[JobResult, CachedCompile | None]:
+    async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False,
+                        budget_s: float | None = None) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None)."""
-        async with self.slot():
-            return await self._run_in_sandbox(job, cached, want_artifacts)
+        async with self.slot(budget_s) as ticket:
+            return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """One of ``max_concurrency`` sandbox slots, waited for in a bounded queue."""
-        if self._gate.locked() and self.waiting >= self.max_queue:
-            raise Overloaded(f"{self.waiting} requests are already waiting")
-        self.waiting += 1
+    async def slot(self, budget_s: float | None = None) -> AsyncIterator[Ticket]:
+        """Room for one sandbox (``Admission``), waited for at most ``budget_s`` (default:
+        ``queue_timeout_s``); Overloaded when none comes in time."""
+        ticket = await self.admission.enter(self.queue_timeout_s if budget_s is None else budget_s)
         try:
-            await asyncio.wait_for(self._gate.acquire(), self.queue_timeout_s)
-        except asyncio.TimeoutError:
-            raise Overloaded(f"no sandbox free within {self.queue_timeout_s:g} s") from None
+            yield ticket
         finally:
-            self.waiting -= 1
-        self.running += 1
-        try:
-            yield
-        finally:
-            self.running -= 1
-            self._gate.release()
+            self.admission.leave(ticket)
 
     @asynccontextmanager
-    async def try_slot(self) -> AsyncIterator[bool]:
-        """A sandbox slot if one is free right now and no request is waiting for one (True),
-        else nothing (False). Never waits, and never takes a slot a queued request wants."""
-        if self.waiting or self._gate.locked():
-            yield False
-            return
-        await self._gate.acquire()  # free: returns at once, without yielding to the loop
-        self.running += 1
+    async def try_slot(self) -> AsyncIterator[Ticket | None]:
+        """Room for one sandbox if there is some right now and no request is waiting for it (a
+        Ticket), else None. Never waits, and never takes room a queued request wants."""
+        ticket = self.admission.try_enter()
         try:
-            yield True
+            yield ticket
         finally:
-            self.running -= 1
-            self._gate.release()
+            if ticket is not None:
+                self.admission.leave(ticket)
 
     @asynccontextmanager
     async def test_session(self, job: Job, budget_s: float, share: bool = False,
@@ -131,7 +139,7 @@ class Engine:
                 yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
             slot = self.slot() if take_slot else contextlib.nullcontext()
-            async with slot, self._open(job) as box:
+            async with slot as ticket, self._open(job, ticket) as box:
                 result = JobResult(sandbox_id=box.id[:12])
                 ok, claim.entry = await self._prepare(box, job, result, claim.cached,
                                                       claim.owner or share)
@@ -159,7 +167,7 @@ class Engine:
             if not got:
                 yield None
                 return
-            async with self._open(job) as box:
+            async with self._open(job, got if take_slot else None) as box:
                 result = JobResult(sandbox_id=box.id[:12])
                 await self._prepare(box, job, result, program.artifact, False)
                 async with box.test_session(budget_s) as session:
@@ -167,10 +175,13 @@ class Engine:
                                           artifact=program.artifact, shareable=True)
 
     @asynccontextmanager
-    async def _open(self, job: Job):
-        """A fresh sandbox for ``job``, its start time reported to ``on_sandbox_open``."""
+    async def _open(self, job: Job, ticket: Ticket | None = None):
+        """A fresh sandbox for ``job``, its start time reported to ``on_sandbox_open``; with
+        ``ticket``, admission watches its CPU use from now on."""
         asked = time.perf_counter()
         async with self.backend.open(job.spec.image, job.limits) as box:
+            if ticket is not None:
+                ticket.meter = getattr(box, "cpu_seconds", None)
             took = time.perf_counter() - asked
             self.sandbox_open_s += (took - self.sandbox_open_s) / 8
             if self.on_sandbox_open is not None:
@@ -225,10 +236,11 @@ class Engine:
         return True, CachedCompile(result.compile, artifacts, frozenset(executables))
 
     async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
-                              want_artifacts: bool) -> tuple[JobResult, CachedCompile | None]:
+                              want_artifacts: bool, ticket: Ticket | None = None
+                              ) -> tuple[JobResult, CachedCompile | None]:
         result = JobResult()
         try:
-            async with self._open(job) as box:
+            async with self._open(job, ticket) as box:
                 return await self.run_steps(box, job, cached, want_artifacts, result)
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", job.spec.language, exc)
@@ -337,7 +349,7 @@ class PreparedProgram:
 
 def _replayed(cached: CachedCompile) -> StepResult:
     """The cached compile's outcome, as this request's compile step (it took no time here)."""
-    return dataclasses.replace(cached.step, wall_time_s=0.0, cached=True)
+    return dataclasses.replace(cached.step, wall_time_s=0.0, cpu_time_s=0.0, cached=True)
 
 
 def _deterministic_failure(result: JobResult) -> bool:

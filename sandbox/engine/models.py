@@ -29,6 +29,9 @@ class Limits:
     fetch_bytes: int
     network: bool = False
     gpu: bool = False   # the host's GPUs passed through (runtimes with `gpu = true` only)
+    # CPU seconds per wall second each run is guaranteed (deadline.FairDeadline); 0: the
+    # run_timeout is plain wall-clock time, whatever the load.
+    cpu_share: float = 0.0
 
 
 def stack_limit_bytes(memory_mb: int) -> int:
@@ -69,6 +72,7 @@ class StepResult:
     stderr_truncated: bool = False
     error: str = ""                # why the sandbox failed (status ERROR only)
     cached: bool = False           # a compile step replayed from the compile cache
+    cpu_time_s: float | None = None  # CPU the step's processes used (None: not measured)
 
     @property
     def ok(self) -> bool:

@@ -27,7 +27,7 @@ def test_busy_server_answers_504_then_recovers(docker_ready, tmp_path):
             assert queue["running"] == 1 and queue["max_concurrency"] == 1
             busy = post("print('hi')")
             assert busy.status_code == 504
-            assert busy.headers["Retry-After"] == "1"
+            assert int(busy.headers["Retry-After"]) >= 1  # when the queue has likely moved
             assert "busy" in busy.json()["detail"]
             assert busy.json()["error_kind"] == "overloaded" and busy.json()["retryable"] is True
             assert slow.result().json()["run_result"]["stdout"] == "slept\n"

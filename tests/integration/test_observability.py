@@ -137,7 +137,7 @@ def test_gauges_show_live_running_and_waiting_then_busy_504_is_counted(ops_serve
         queued = pool.submit(post, url, "print('queued')")  # the only sandbox is taken
         assert wait_for("sandbox_queue_depth", 1, 2)
         busy = queued.result()
-        assert busy.status_code == 504 and busy.headers["Retry-After"] == "1"
+        assert busy.status_code == 504 and int(busy.headers["Retry-After"]) >= 1
         assert slow.result().json()["run_result"]["stdout"] == "slept\n"
     after = scrape(url)
     assert delta(before, after, "sandbox_requests_total", language="python", status="busy_504") == 1

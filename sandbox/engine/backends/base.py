@@ -8,6 +8,7 @@ Error tree (what the engine catches; backend-library errors never cross this bou
     +-- GpuUnavailable        a GPU sandbox asked of a backend without GPU passthrough
     +-- SandboxEndedByProgram the program destroyed its own sandbox (Docker backend: it can
                               signal the test runner and the container's init)
+    +-- CpuStarved            a run starved of its guaranteed CPU share until the backstop
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ class SandboxUnavailable(BackendError):
 
 class SandboxEndedByProgram(BackendError):
     pass
+
+
+class CpuStarved(BackendError):
+    """A run stopped by its deadline's backstop before it had its guaranteed CPU share
+    (``deadline.FairDeadline``): no verdict on the program."""
+
+    kind = "overloaded"
 
 
 class GpuUnavailable(BackendError):

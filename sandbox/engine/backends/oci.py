@@ -35,13 +35,15 @@ from pathlib import Path
 from typing import AsyncIterator, Sequence
 
 from .. import safe_files
-from ..cgroups import CGROUP_ROOT, CgroupPerTest, MemoryFacts, cgroup_memory_facts
+from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, MemoryFacts, cgroup_memory_facts,
+                       schedstat_waited_ns)
+from ..deadline import RECHECK_S, FairDeadline
 from ..models import Limits, StepResult, StepStatus
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
 from ..gpu import NOT_CHECKED, GpuAccess
-from .base import SANDBOX_UID, BackendError, GpuUnavailable, SandboxUnavailable
+from .base import SANDBOX_UID, BackendError, CpuStarved, GpuUnavailable, SandboxUnavailable
 from .bundle import bundle_config
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
                    _umount_bundle, hybrid_cgroups)
@@ -71,6 +73,11 @@ class OciSandbox:
         self.workdir = self.bundle_dir / "work"
         self._steps = 0
         self._facts = MemoryFacts(None, None)
+        self._cpu_time_s: float | None = None   # the last step's
+        self._starved = False   # the last step was stopped by the backstop, starved
+        self._running_cgroup: str | None = None
+        self._cpu_meter: CgroupCpu | None = None
+        self._cpu_meter_path: str | None = None
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -148,13 +155,17 @@ class OciSandbox:
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
         started = time.monotonic()
+        deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
         # init's own deadline is a backstop should this server die mid-step.
         proc, ours, name, cgroups_path = await self._start(
-            [INIT, "--deadline-ms", str(int((timeout_s + BACKSTOP_GRACE_S) * 1000)), "--", *argv])
+            [INIT, "--deadline-ms", str(int((deadline.backstop_s + BACKSTOP_GRACE_S) * 1000)),
+             "--", *argv])
+        self._running_cgroup = cgroups_path
         try:
             return await self._supervise(proc, ours, name, cgroups_path, stdin, started,
-                                         started + timeout_s, output_limit)
+                                         deadline, output_limit)
         finally:
+            self._running_cgroup = None
             ours.close()
             if proc.returncode is None:
                 await self._backend.kill(name)
@@ -170,6 +181,7 @@ class OciSandbox:
         proc, ours, name, cgroups_path = await self._start(
             [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
              "--channel-fd", "3"], workdir_writable=False)
+        self._running_cgroup = cgroups_path
         diagnostics = CappedBuffer(16 << 10)
 
         async def drain(stream: asyncio.StreamReader) -> None:
@@ -184,6 +196,7 @@ class OciSandbox:
             yield session
             await finish(session.channel)
         finally:
+            self._running_cgroup = None
             writer.close()
             try:
                 await asyncio.wait_for(proc.wait(), timeout=2.0)
@@ -196,7 +209,8 @@ class OciSandbox:
                 task.cancel()
 
     async def _supervise(self, proc, status_sock: socket.socket, name: str, cgroups_path: str,
-                         stdin: bytes, started: float, deadline: float, limit: int) -> StepResult:
+                         stdin: bytes, started: float, deadline: FairDeadline,
+                         limit: int) -> StepResult:
         stdout, stderr = CappedBuffer(limit), CappedBuffer(limit)
         flooded = asyncio.Event()
         status_sock.setblocking(False)
@@ -225,14 +239,22 @@ class OciSandbox:
         status_task = asyncio.create_task(read_status(status_sock))
         flood_task = asyncio.create_task(flooded.wait())
         timed_out = False
+        cpu = CgroupCpu(cgroups_path)
+        self._cpu_time_s = None
+        self._starved = False
         try:
-            done, _ = await asyncio.wait({status_task, flood_task},
-                                         timeout=max(0.0, deadline - time.monotonic()),
-                                         return_when=asyncio.FIRST_COMPLETED)
+            wait_s = deadline.timeout_s - (time.monotonic() - started)
+            while True:
+                done, _ = await asyncio.wait({status_task, flood_task}, timeout=max(0.0, wait_s),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if done or self._time_is_up(deadline, started, cpu, proc.pid):
+                    break
+                wait_s = RECHECK_S
             line = status_task.result() if status_task in done else ""
             if line:
                 # init waits for us: read the cgroup before it (and its cgroup) goes away.
                 self._facts = cgroup_memory_facts(cgroups_path)
+                self._cpu_time_s = cpu.usage_s()
             if not status_task.done():
                 # Its reader must be off the event loop before the socket closes: the loop
                 # would otherwise keep watching (and later drop) a number reused by others.
@@ -241,8 +263,10 @@ class OciSandbox:
             status_sock.close()  # lets init exit
             if flooded.is_set() or not done:
                 timed_out = not done
+                if timed_out:
+                    self._cpu_time_s = cpu.usage_s()
                 await self._backend.kill(name)
-            remaining = max(0.5, deadline - time.monotonic() + 1.0)
+            remaining = max(0.5, started + deadline.backstop_s - time.monotonic() + 1.0)
             try:
                 await asyncio.wait_for(proc.wait(), timeout=remaining)
             except asyncio.TimeoutError:
@@ -256,9 +280,15 @@ class OciSandbox:
                 task.cancel()
             await asyncio.wait(tasks)  # none may still watch the socket execute() closes next
         wall = time.monotonic() - started
+        if timed_out and self._starved:
+            raise CpuStarved(
+                f"this server could not give the run its guaranteed CPU share: "
+                f"{self._cpu_time_s or 0:.2f} s of CPU in {wall:.1f} s, stopped at "
+                f"{deadline.backstop_s:g} s (the host is overcommitted; retry, or lower "
+                f"SANDBOX_CPU_SHARE's load: see docs/api.md, \"Time limits under load\")")
         if timed_out:
             return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
-                              stdout.truncated, stderr.truncated)
+                              stdout.truncated, stderr.truncated, cpu_time_s=self._cpu_time_s)
         exit_code = parse_status(line)
         if flooded.is_set():
             exit_code = -9  # we stopped it
@@ -269,7 +299,30 @@ class OciSandbox:
                                f"(exit {proc.returncode}): "
                                f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
         return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
-                          stdout.truncated, stderr.truncated)
+                          stdout.truncated, stderr.truncated, cpu_time_s=self._cpu_time_s)
+
+    def _time_is_up(self, deadline: FairDeadline, started: float, cpu: CgroupCpu,
+                    runtime_pid: int) -> bool:
+        """Past the wall-clock limit: whether to stop the run now (``FairDeadline``). The
+        runtime process's own wait for a CPU (starting the container) counts as starved time."""
+        wall = time.monotonic() - started
+        if deadline.share <= 0:
+            return True
+        used = cpu.usage_s()
+        if used is not None:
+            self._cpu_time_s = used
+        waited = cpu.waited_s() + schedstat_waited_ns(runtime_pid) / 1e9
+        self._starved = deadline.starved(wall, used, waited)
+        return deadline.expired(wall, used, waited)
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds used by the step running now (None when none runs): admission's gauge of
+        whether this sandbox computes or waits."""
+        if self._running_cgroup is None:
+            return None
+        if self._cpu_meter is None or self._cpu_meter_path != self._running_cgroup:
+            self._cpu_meter, self._cpu_meter_path = CgroupCpu(self._running_cgroup), self._running_cgroup
+        return self._cpu_meter.usage_s()
 
 
 class OciTestSession:

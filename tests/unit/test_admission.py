@@ -1,0 +1,181 @@
+"""Admission by what the CPU has to do (engine/admission.py) and the deadline under a guaranteed
+CPU share (engine/deadline.py): the rules alone; tests/integration/test_load.py runs them in
+real sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from sandbox.engine.admission import SAMPLE_S, Admission, Overloaded
+from sandbox.engine.deadline import FairDeadline
+
+T = 3.0
+
+
+@pytest.fixture
+def fair() -> FairDeadline:
+    return FairDeadline.for_run(T, share=0.3)
+
+
+def test_before_the_limit_no_run_is_stopped(fair):
+    assert not fair.expired(2.99, cpu_s=2.99, waited_s=0.0)
+
+
+def test_alone_the_limit_is_wall_clock_time(fair):
+    assert fair.expired(T, cpu_s=T, waited_s=0.0)        # a loop with a CPU of its own
+    assert fair.expired(T, cpu_s=0.01, waited_s=0.0)     # a sleeper, or a program reading stdin
+
+
+def test_a_starved_run_goes_on_until_it_had_its_share(fair):
+    # Starved at a tenth of a CPU: 0.3 s of CPU and 2.7 s waited by the limit.
+    assert not fair.expired(T, cpu_s=0.3, waited_s=2.7)
+    assert not fair.expired(5.0, cpu_s=0.8, waited_s=4.2)   # a right answer needing 0.85 s
+    assert fair.expired(5.5, cpu_s=0.9, waited_s=4.6)       # a loop: cut at 0.3 x 3 s of CPU
+
+
+def test_sleeping_is_not_starving(fair):
+    # Slept 2 s, then starved: its own time (wall minus waits) reaches the limit first.
+    assert not fair.expired(3.5, cpu_s=0.4, waited_s=1.0)
+    assert fair.expired(4.0, cpu_s=0.5, waited_s=1.0)
+
+
+def test_the_backstop_ends_any_run(fair):
+    assert fair.backstop_s == 2 * T
+    assert fair.expired(2 * T, cpu_s=0.1, waited_s=5.9)
+
+
+def test_only_a_run_the_backstop_stops_short_of_its_share_is_starved(fair):
+    assert fair.starved(2 * T, cpu_s=0.5, waited_s=5.0)       # the server failed it
+    assert not fair.starved(2 * T, cpu_s=0.95, waited_s=5.0)  # it had its share: a verdict
+    assert not fair.starved(2 * T, cpu_s=0.1, waited_s=1.0)   # it slept: a verdict
+    assert not fair.starved(T, cpu_s=0.1, waited_s=2.9)       # not stopped yet
+    assert not FairDeadline.for_run(T, share=0.0).starved(T, cpu_s=0.0, waited_s=T)
+
+
+def test_no_share_is_plain_wall_clock():
+    plain = FairDeadline.for_run(T, share=0.0)
+    assert plain.backstop_s == T
+    assert plain.expired(T, cpu_s=0.0, waited_s=T)
+
+
+def test_unknown_cpu_is_plain_wall_clock(fair):
+    assert fair.expired(T, cpu_s=None, waited_s=T)
+
+
+class Meter:
+    """A sandbox's CPU seconds, as the test sets them."""
+
+    def __init__(self) -> None:
+        self.cpu = 0.0
+
+    def __call__(self) -> float:
+        return self.cpu
+
+
+def test_sleeping_sandboxes_free_their_cpu_slot():
+    async def scenario():
+        admission = Admission(cpu_slots=2, max_open=10, max_queue=10)
+        first, second = admission.try_enter(), admission.try_enter()
+        assert admission.try_enter() is None  # both count as computing until seen otherwise
+        meters = [Meter(), Meter()]
+        first.meter, second.meter = meters
+
+        async def burn(meter):
+            while True:
+                meter.cpu += 0.01
+                await asyncio.sleep(0.01)
+
+        burners = [asyncio.create_task(burn(m)) for m in meters]
+        waiter = asyncio.create_task(admission.enter(5.0))
+        await asyncio.sleep(SAMPLE_S * 3)
+        assert not waiter.done()   # both burn CPU: no room
+        burners[0].cancel()        # the first now sleeps: room for one
+        third = await asyncio.wait_for(waiter, SAMPLE_S * 4)
+        assert admission.computing == 2 and len(admission.open) == 3
+        burners[1].cancel()
+        for ticket in (first, second, third):
+            admission.leave(ticket)
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_open_count_bounds_sleepers_too():
+    async def scenario():
+        admission = Admission(cpu_slots=8, max_open=2, max_queue=10)
+        tickets = [admission.try_enter(), admission.try_enter()]
+        for ticket in tickets:
+            ticket.meter = Meter()  # asleep
+        await asyncio.sleep(SAMPLE_S * 3)
+        assert admission.computing == 0
+        assert admission.try_enter() is None
+        with pytest.raises(Overloaded) as refused:
+            await admission.enter(0.2)
+        assert refused.value.retry_after_s >= 1
+        assert admission.waiting == 0  # the refused request left the queue
+        admission.leave(tickets[0])
+        assert admission.try_enter() is not None
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_waiters_are_admitted_first_come_first_served():
+    async def scenario():
+        admission = Admission(cpu_slots=1, max_open=10, max_queue=10)
+        holder = admission.try_enter()
+        order = []
+
+        async def wait(name):
+            ticket = await admission.enter(5.0)
+            order.append(name)
+            await asyncio.sleep(0.01)
+            admission.leave(ticket)
+
+        tasks = [asyncio.create_task(wait(n)) for n in range(5)]
+        await asyncio.sleep(0)
+        admission.leave(holder)
+        await asyncio.gather(*tasks)
+        assert order == list(range(5))
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_full_queue_answers_at_once():
+    async def scenario():
+        admission = Admission(cpu_slots=1, max_open=1, max_queue=1)
+        admission.try_enter()
+        queued = asyncio.create_task(admission.enter(5.0))
+        await asyncio.sleep(0)
+        with pytest.raises(Overloaded, match="already waiting"):
+            await admission.enter(5.0)
+        queued.cancel()
+        await asyncio.gather(queued, return_exceptions=True)
+        assert admission.waiting == 0
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_no_room_while_memory_is_short(monkeypatch):
+    import psutil
+
+    class Short:
+        available = 100 << 20
+
+    async def scenario():
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: Short)
+        admission = Admission(cpu_slots=4, max_open=4, max_queue=4, memory_reserve_bytes=512 << 20)
+        first = admission.try_enter()  # nothing sampled yet
+        await asyncio.sleep(SAMPLE_S * 2)
+        assert admission.try_enter() is None
+        Short.available = 4 << 30
+        await asyncio.sleep(SAMPLE_S * 2)
+        assert admission.try_enter() is not None
+        admission.leave(first)
+        await admission.close()
+
+    asyncio.run(scenario())
