@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
+import heapq
+import itertools
 import math
 import time
 from typing import Callable, Deque
@@ -69,7 +70,10 @@ class Admission:
         self.max_queue = max_queue
         self.memory_reserve_bytes = memory_reserve_bytes
         self.open: set[Ticket] = set()
-        self._queue: Deque[asyncio.Future] = collections.deque()
+        # Waiters by (when the request first asked, arrival order): a heap. A request retried
+        # after a 504 keeps the place its first try had (``enter(first_asked=...)``).
+        self._queue: list[tuple[float, int, asyncio.Future]] = []
+        self._arrivals = itertools.count()
         self._sampler: asyncio.Task | None = None
         self._memory_ok = True
         # Admissions' times, recent: how fast the queue moves (Retry-After).
@@ -93,8 +97,9 @@ class Admission:
             return None
         return self._admit()
 
-    async def enter(self, budget_s: float) -> Ticket:
-        """Wait (first come, first served) for room, at most ``budget_s`` seconds."""
+    async def enter(self, budget_s: float, first_asked: float | None = None) -> Ticket:
+        """Wait for room, at most ``budget_s`` seconds, first come first served by
+        ``first_asked`` (a ``time.monotonic()``; default now)."""
         ticket = self.try_enter()
         if ticket is not None:
             return ticket
@@ -102,7 +107,8 @@ class Admission:
             raise Overloaded(f"{len(self._queue)} requests are already waiting",
                              self.retry_after_s())
         waiter = asyncio.get_running_loop().create_future()
-        self._queue.append(waiter)
+        heapq.heappush(self._queue, (time.monotonic() if first_asked is None else first_asked,
+                                     next(self._arrivals), waiter))
         self._ensure_sampler()
         try:
             return await asyncio.wait_for(asyncio.shield(waiter), budget_s)
@@ -111,8 +117,8 @@ class Admission:
                 self.leave(waiter.result())  # granted just as the wait ended: give it back
             else:
                 waiter.cancel()
-                with contextlib.suppress(ValueError):
-                    self._queue.remove(waiter)
+                self._queue = [entry for entry in self._queue if entry[2] is not waiter]
+                heapq.heapify(self._queue)
             if isinstance(exc, asyncio.TimeoutError):
                 raise Overloaded(f"no sandbox free within {budget_s:.3g} s",
                                  self.retry_after_s()) from None
@@ -132,7 +138,7 @@ class Admission:
 
     def _wake(self) -> None:
         while self._queue and self._has_room():
-            waiter = self._queue.popleft()
+            waiter = heapq.heappop(self._queue)[2]
             if not waiter.done():
                 waiter.set_result(self._admit())
 

@@ -27,6 +27,9 @@ from .runner_protocol import TestRun
 log = logging.getLogger(__name__)
 
 OOM_SLACK_BYTES = 1 << 20
+# A job refused with a 504 and sent again within this time keeps its place in the queue.
+REFUSED_FOR_S = 120.0
+REFUSED_MEMORY = 8192
 MAX_ARTIFACT_BYTES = 256 << 20
 
 
@@ -48,6 +51,8 @@ class Engine:
         # Compiles are CPU-bound (one CPU each): more at once than cores only makes each take
         # longer, until some pass their timeout. The timeout counts from the compile's start.
         self._compiling = asyncio.Semaphore(max_compiles or max_concurrency)
+        # Jobs refused with a 504, by fingerprint: when each first asked.
+        self._refused: dict[int, float] = {}
         # Called with the seconds from asking the backend for a sandbox to having it (metrics).
         self.on_sandbox_open: Callable[[float], None] | None = None
         # Those seconds, a moving average: what one more sandbox costs a request in time.
@@ -80,6 +85,12 @@ class Engine:
                                                        self.wait_budget(job, compiles))
             return result
 
+    @staticmethod
+    def _fingerprint(job: Job) -> int:
+        """Equal for the same request sent again (a client's retry after a 504)."""
+        return hash((job.spec.language, tuple(job.spec.compile or ()), job.code, job.stdin,
+                     tuple(sorted(job.files.items())), job.limits))
+
     @asynccontextmanager
     async def _compile_claim(self, job: Job) -> AsyncIterator["_CompileClaim"]:
         """What the compile cache knows of ``job``'s compile. When this request is the one to
@@ -98,15 +109,36 @@ class Engine:
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False,
                         budget_s: float | None = None) -> tuple[JobResult, CachedCompile | None]:
-        """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None)."""
-        async with self.slot(budget_s) as ticket:
-            return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
+        """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None).
+        A job refused with a 504 and sent again keeps its first try's place in the queue:
+        clients retry a 504 (verl after 1 s and 2 s), and should not go to the back."""
+        key = self._fingerprint(job)
+        now = time.monotonic()
+        first_asked = self._refused.pop(key, now)
+        asked = first_asked if now - first_asked < REFUSED_FOR_S else now
+        try:
+            async with self.slot(budget_s, first_asked=asked) as ticket:
+                return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
+        except Overloaded:
+            self._remember_refused(key, asked)
+            raise
+
+    def _remember_refused(self, key: int, asked: float) -> None:
+        if len(self._refused) >= REFUSED_MEMORY:
+            expired = time.monotonic() - REFUSED_FOR_S
+            self._refused = {k: t for k, t in self._refused.items() if t > expired}
+            if len(self._refused) >= REFUSED_MEMORY:
+                self._refused.clear()
+        self._refused[key] = asked
 
     @asynccontextmanager
-    async def slot(self, budget_s: float | None = None) -> AsyncIterator[Ticket]:
+    async def slot(self, budget_s: float | None = None,
+                   first_asked: float | None = None) -> AsyncIterator[Ticket]:
         """Room for one sandbox (``Admission``), waited for at most ``budget_s`` (default:
-        ``queue_timeout_s``); Overloaded when none comes in time."""
-        ticket = await self.admission.enter(self.queue_timeout_s if budget_s is None else budget_s)
+        ``queue_timeout_s``) in the order of ``first_asked``; Overloaded when none comes in
+        time."""
+        ticket = await self.admission.enter(
+            self.queue_timeout_s if budget_s is None else budget_s, first_asked)
         try:
             yield ticket
         finally:

@@ -5,6 +5,7 @@ real sandboxes."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -177,5 +178,48 @@ def test_no_room_while_memory_is_short(monkeypatch):
         assert admission.try_enter() is not None
         admission.leave(first)
         await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_request_retried_after_a_504_keeps_its_first_place():
+    async def scenario():
+        admission = Admission(cpu_slots=1, max_open=10, max_queue=10)
+        holder = admission.try_enter()
+        order = []
+
+        async def wait(name, first_asked=None):
+            ticket = await admission.enter(5.0, first_asked)
+            order.append(name)
+            admission.leave(ticket)
+
+        newer = asyncio.create_task(wait("newer"))
+        await asyncio.sleep(0.01)
+        retried = asyncio.create_task(wait("retried", first_asked=time.monotonic() - 9))
+        await asyncio.sleep(0)
+        admission.leave(holder)
+        await asyncio.gather(newer, retried)
+        assert order == ["retried", "newer"]
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_the_engine_remembers_a_refused_job_for_its_retry():
+    from sandbox.engine import Engine
+    from sandbox.engine.admission import Overloaded as Refused
+
+    from .test_parallel_evaluate import FakeBackend, evaluation
+
+    async def scenario():
+        engine = Engine(FakeBackend(), max_concurrency=1, queue_timeout_s=0.05)
+        job = evaluation(["ok 1"], "python").job
+        async with engine.slot():
+            with pytest.raises(Refused):
+                await engine.run(job)
+        first = engine._refused[engine._fingerprint(job)]
+        result = await engine.run(job)   # admitted: forgotten
+        assert result is not None and engine._fingerprint(job) not in engine._refused
+        assert first <= time.monotonic()
 
     asyncio.run(scenario())
