@@ -490,6 +490,8 @@ def run_step(url: str, samples: list[Sample], in_flight: int, run_timeout: float
     lost = Counter(rec["lost"] for rec in records if rec["lost"])
     stats = {
         "samples": n, "in_flight": in_flight, "wall_s": wall, "samples_per_s": n / wall,
+        # What the trainer gets: a lost sample ends the step too, but carries no reward.
+        "right_verdicts_per_s": sum(r["verdict_ok"] for r in records) / wall,
         "p50_s": statistics.median(latencies),
         "p99_s": latencies[min(n - 1, int(n * 0.99))], "max_s": latencies[-1],
         "verdicts_ok": sum(r["verdict_ok"] for r in records),
@@ -590,17 +592,17 @@ def _opt(value, fmt: str) -> str:
 
 
 def print_table(rows: list[dict]) -> None:
-    print("\n| target | workload | samples | in flight | wall s | samples/s | vs sf | p50 s | p99 s | max s "
+    print("\n| target | workload | samples | in flight | wall s | samples/s | vs sf | right verdicts/s | p50 s | p99 s | max s "
           "| right verdicts | answered wrong (kind -> got: n) | TLE | 504s | SandboxError | conn errors "
           "| client timeouts | lost | CPU s/sample |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['target']} | {r['workload']} | not run: {r['error']} |")
             continue
         wrong = ", ".join(f"{k}: {v}" for k, v in sorted(r["answered_wrong_by_kind"].items())) or "-"
         print(f"| {r['target']} | {r['workload']} | {r['samples']} | {r['in_flight']} | {r['wall_s']:.1f} "
-              f"| {r['samples_per_s']:.2f} | {_opt(r.get('ratio_vs_sf'), '.2f')} | {r['p50_s']:.2f} "
+              f"| {r['samples_per_s']:.2f} | {_opt(r.get('ratio_vs_sf'), '.2f')} | {r['right_verdicts_per_s']:.2f} | {r['p50_s']:.2f} "
               f"| {r['p99_s']:.2f} | {r['max_s']:.2f} | {r['verdicts_ok']}/{r['samples']} | {wrong} "
               f"| {r['time_limit_exceeded']} | {r['http_504']} | {r['sandbox_errors']} "
               f"| {r['connection_errors']} | {r['client_timeouts']} | {r['lost']} "
