@@ -190,7 +190,7 @@ class Settings(BaseSettings):
                     "sleeps or waits for input does not count there.",
         json_schema_extra={"shown_default": "16 x CPU cores"})
     cpu_share: float = Field(
-        0.3, ge=0, le=1,
+        0.4, ge=0, le=1,
         description="CPU each running program is guaranteed, in CPUs: a program that needs at "
                     "most cpu_share x run_timeout seconds of CPU is never stopped for time, "
                     "however loaded the server (past run_timeout a starved run goes on until it "
@@ -427,7 +427,7 @@ class Settings(BaseSettings):
     def cpu_slots(self) -> int:
         """Sandboxes that may compute at once (``Admission``)."""
         cores = len(os.sched_getaffinity(0))
-        return max(1, int(cores / self.cpu_share)) if self.cpu_share > 0 else max(2, 2 * cores)
+        return max(1, round(cores / self.cpu_share)) if self.cpu_share > 0 else max(2, 2 * cores)
 
     @property
     def assets_directory(self) -> Path:

@@ -11,15 +11,17 @@ import time
 import pytest
 import requests
 
+from sandbox.config import Settings
+
 from ..conftest import running_server
 from ..timescale import SCALE, Unscaled, scaled
 
 pytestmark = pytest.mark.docker
 
 CORES = len(os.sched_getaffinity(0))
-SHARE = 0.3
+SHARE = Settings.model_fields["cpu_share"].default
 # A right answer that needs this much CPU under a 3 s limit: more than a fair share of the
-# machine once 6 per core run at once, within the guarantee (0.3 x 3 s).
+# machine once 6 per core run at once, within the guarantee (SHARE x 3 s).
 HEAVY_CPU_S = 0.8
 HEAVY = f"""import time
 start = time.process_time()
@@ -31,8 +33,7 @@ print("done")
 
 @pytest.fixture(scope="module")
 def load_server(docker_ready, tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("load"), backend="oci", cpu_share=SHARE,
-                        queue_timeout_s=60) as url:
+    with running_server(tmp_path_factory.mktemp("load"), backend="oci", queue_timeout_s=60) as url:
         yield url
 
 
