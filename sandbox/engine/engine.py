@@ -77,12 +77,16 @@ class Engine:
         return self.queue_timeout_s + max(0.0, spare - extension)
 
     async def run(self, job: Job) -> JobResult:
+        arrived = time.monotonic()
         async with self._compile_claim(job) as claim:
             if claim.known_error:
                 return JobResult(compile=_replayed(claim.cached))  # no sandbox needed
             compiles = job.spec.compile is not None and claim.cached is None
+            # The wait for another request's compile of the same program counts: the client's
+            # clock started when it sent the request.
+            budget = self.wait_budget(job, compiles) - (time.monotonic() - arrived)
             result, claim.entry = await self._admitted(job, claim.cached, claim.owner,
-                                                       self.wait_budget(job, compiles))
+                                                       max(0.0, budget), arrived)
             return result
 
     @staticmethod
@@ -108,12 +112,14 @@ class Engine:
                 self.compile_cache.release(key, claim.entry)
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False,
-                        budget_s: float | None = None) -> tuple[JobResult, CachedCompile | None]:
+                        budget_s: float | None = None, arrived: float | None = None
+                        ) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None).
-        A job refused with a 504 and sent again keeps its first try's place in the queue:
-        clients retry a 504 (verl after 1 s and 2 s), and should not go to the back."""
+        The queue is in order of arrival (``arrived``: before any wait for a compile); a job
+        refused with a 504 and sent again keeps its first try's place: clients retry a 504
+        (verl after 1 s and 2 s), and should not go to the back."""
         key = self._fingerprint(job)
-        now = time.monotonic()
+        now = time.monotonic() if arrived is None else arrived
         first_asked = self._refused.pop(key, now)
         asked = first_asked if now - first_asked < REFUSED_FOR_S else now
         try:
