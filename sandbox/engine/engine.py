@@ -118,16 +118,8 @@ class Engine:
         The queue is in order of arrival (``arrived``: before any wait for a compile); a job
         refused with a 504 and sent again keeps its first try's place: clients retry a 504
         (verl after 1 s and 2 s), and should not go to the back."""
-        key = self._fingerprint(job)
-        now = time.monotonic() if arrived is None else arrived
-        first_asked = self._refused.pop(key, now)
-        asked = first_asked if now - first_asked < REFUSED_FOR_S else now
-        try:
-            async with self.slot(budget_s, first_asked=asked) as ticket:
-                return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
-        except Overloaded:
-            self._remember_refused(key, asked)
-            raise
+        async with self.slot(budget_s, self._fingerprint(job), arrived) as ticket:
+            return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
 
     def _remember_refused(self, key: int, asked: float) -> None:
         if len(self._refused) >= REFUSED_MEMORY:
@@ -138,13 +130,23 @@ class Engine:
         self._refused[key] = asked
 
     @asynccontextmanager
-    async def slot(self, budget_s: float | None = None,
-                   first_asked: float | None = None) -> AsyncIterator[Ticket]:
+    async def slot(self, budget_s: float | None = None, key: int | None = None,
+                   arrived: float | None = None) -> AsyncIterator[Ticket]:
         """Room for one sandbox (``Admission``), waited for at most ``budget_s`` (default:
-        ``queue_timeout_s``) in the order of ``first_asked``; Overloaded when none comes in
-        time."""
-        ticket = await self.admission.enter(
-            self.queue_timeout_s if budget_s is None else budget_s, first_asked)
+        ``queue_timeout_s``) in order of arrival (``arrived``, default now); Overloaded when
+        none comes in time. A request with a ``key`` (``_fingerprint``) that was refused
+        before keeps its first try's place."""
+        now = time.monotonic() if arrived is None else arrived
+        asked = self._refused.pop(key, now) if key is not None else now
+        if now - asked > REFUSED_FOR_S:
+            asked = now
+        try:
+            ticket = await self.admission.enter(
+                self.queue_timeout_s if budget_s is None else budget_s, asked)
+        except Overloaded:
+            if key is not None:
+                self._remember_refused(key, asked)
+            raise
         try:
             yield ticket
         finally:
@@ -176,7 +178,7 @@ class Engine:
             if claim.known_error:
                 yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
-            slot = self.slot() if take_slot else contextlib.nullcontext()
+            slot = self.slot(key=self._fingerprint(job)) if take_slot else contextlib.nullcontext()
             async with slot as ticket, self._open(job, ticket) as box:
                 result = JobResult(sandbox_id=box.id[:12])
                 ok, claim.entry = await self._prepare(box, job, result, claim.cached,
