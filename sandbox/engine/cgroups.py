@@ -255,6 +255,10 @@ def _write(path: Path, data: bytes) -> None:
         os.close(fd)
 
 
+# Where cgroup v1 mounts the CPU accounting controller (alone, or with cpu as systemd does).
+V1_CPUACCT = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
+
+
 class CgroupCpu:
     """The CPU side of one container's cgroup (v1 or v2): the CPU time its processes have used,
     and how long its live threads have waited for a CPU while runnable (``/proc/<tid>/schedstat``).
@@ -270,10 +274,12 @@ class CgroupCpu:
 
     def _find(self) -> Path | None:
         if self._folder is None:
-            v1 = next((p for p in CGROUP_ROOT.glob(f"*/{self._rel}/cpuacct.usage")), None)
-            if v1 is not None:
-                self._folder, self._v1_usage, self._threads = v1.parent, str(v1), "tasks"
-            elif (CGROUP_ROOT / self._rel / "cpu.stat").is_file():
+            for hierarchy in V1_CPUACCT:
+                v1 = CGROUP_ROOT / hierarchy / self._rel / "cpuacct.usage"
+                if v1.is_file():
+                    self._folder, self._v1_usage, self._threads = v1.parent, str(v1), "tasks"
+                    return self._folder
+            if (CGROUP_ROOT / self._rel / "cpu.stat").is_file():
                 self._folder = CGROUP_ROOT / self._rel
         return self._folder
 

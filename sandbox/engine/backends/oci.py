@@ -45,6 +45,8 @@ from ..spawn import spawn
 from ..gpu import NOT_CHECKED, GpuAccess
 from .base import SANDBOX_UID, BackendError, CpuStarved, GpuUnavailable, SandboxUnavailable
 from .bundle import bundle_config
+from .oci_live import LiveProcess
+from .oci_status import parse_status, read_status, wait_exit
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
                    _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
@@ -56,7 +58,6 @@ BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB e
 # What a GPU sandbox's hooks and mount points add to its own root (the ld.so cache, symlinks).
 GPU_ROOT_TMPFS_MB = 16
 BACKSTOP_GRACE_S = 3.0
-EXIT_WAIT_S = 10.0  # for a runtime process to go once its container is killed
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -170,7 +171,7 @@ class OciSandbox:
             if proc.returncode is None:
                 await self._backend.kill(name)
                 proc.kill()
-                await _wait_exit(proc, self._backend.runtime)
+                await wait_exit(proc, self._backend.runtime)
             self._forget_step(name)
 
     @asynccontextmanager
@@ -203,7 +204,7 @@ class OciSandbox:
             except asyncio.TimeoutError:
                 await self._backend.kill(name)
                 proc.kill()
-                await _wait_exit(proc, self._backend.runtime)
+                await wait_exit(proc, self._backend.runtime)
             await asyncio.wait(drains, timeout=2.0)
             for task in drains:
                 task.cancel()
@@ -271,7 +272,7 @@ class OciSandbox:
                 await asyncio.wait_for(proc.wait(), timeout=remaining)
             except asyncio.TimeoutError:
                 await self._backend.kill(name)
-                await _wait_exit(proc, self._backend.runtime)
+                await wait_exit(proc, self._backend.runtime)
             # The pipes close once every process of the container is gone.
             await asyncio.wait(drains, timeout=2.0)
         finally:
@@ -351,37 +352,6 @@ class OciTestSession:
         if before is not None and after.oom_kills is not None:
             result.oom_killed = after.oom_kills > before
         return result
-
-
-async def _wait_exit(proc, runtime: str) -> None:
-    """Wait for a killed runtime process, but not forever: should its exit never be reported,
-    the request ends with a SandboxError instead of hanging."""
-    try:
-        await asyncio.wait_for(proc.wait(), EXIT_WAIT_S)
-    except asyncio.TimeoutError:
-        raise BackendError(f"{runtime} did not exit {EXIT_WAIT_S:g} s after its container was "
-                           f"killed") from None
-
-
-async def read_status(sock: socket.socket) -> str:
-    """sandbox-init's one line on its status socket (non-blocking): "exit N ..." or
-    "signal N ...", or "" if init went without a word."""
-    loop = asyncio.get_running_loop()
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = await loop.sock_recv(sock, 256)
-        if not chunk:
-            break
-        data += chunk
-    return data.decode(errors="replace").strip()
-
-
-def parse_status(line: str) -> int | None:
-    """The exit code in init's status line (negative signal number), or None."""
-    parts = line.split()
-    if len(parts) >= 2 and parts[0] in ("exit", "signal") and parts[1].lstrip("-").isdigit():
-        return int(parts[1]) if parts[0] == "exit" else -int(parts[1])
-    return None
 
 
 class OciBackend:
@@ -476,8 +446,6 @@ class OciBackend:
 
     def live_process(self, box: OciSandbox, argv: Sequence[str], limits: Limits):
         """A long-lived container in ``box`` running ``argv`` (a session's interpreter)."""
-        from .oci_live import LiveProcess
-
         # The control folder holds a call's code and stdin, and its capped outputs.
         control_mb = 2 * (limits.output_bytes >> 20) + 2 + 128
         return LiveProcess(box, argv, control_mb)

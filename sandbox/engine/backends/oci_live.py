@@ -17,13 +17,17 @@ import contextlib
 import logging
 import os
 import socket
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..cgroups import CgroupMemory, MemoryFacts, remove_cgroup
 from ..output import CappedBuffer
 from .base import SANDBOX_UID, BackendError, SandboxUnavailable
 from .host import _mount_tmpfs
-from .oci import INIT, OciSandbox, _wait_exit, parse_status, read_status
+from .oci_status import parse_status, read_status, wait_exit
+from .rootfs import INIT
+
+if TYPE_CHECKING:
+    from .oci import OciSandbox
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +41,7 @@ LIFETIME_GRACE_S = 30.0
 class LiveProcess:
     """The container running ``argv`` (plus the control folder's path) in ``box``."""
 
-    def __init__(self, box: OciSandbox, argv: Sequence[str], control_mb: int) -> None:
+    def __init__(self, box: "OciSandbox", argv: Sequence[str], control_mb: int) -> None:
         self.box = box
         self.argv = list(argv)
         self.control_dir = box.bundle_dir / "control"
@@ -134,7 +138,7 @@ class LiveProcess:
                 await asyncio.wait_for(proc.wait(), 5.0)
             except asyncio.TimeoutError:
                 proc.kill()
-                await _wait_exit(proc, self.box._backend.runtime)
+                await wait_exit(proc, self.box._backend.runtime)
         await asyncio.wait(self._drains, timeout=2.0)
         for task in self._drains:
             task.cancel()
