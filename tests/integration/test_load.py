@@ -118,3 +118,20 @@ def test_sleepers_do_not_hold_back_programs_that_compute(docker_ready, tmp_path)
             assert quick["run_result"]["stdout"] == "quick\n"
             assert time.monotonic() - started < scaled(3.0)   # not after the sleepers' 6 s
             assert all(f.result()["run_result"]["stdout"] == "up\n" for f in sleepers)
+
+
+def test_a_program_cannot_buy_time_by_looking_starved(load_server):
+    """Waits for a CPU are what give a starved run more time. A program with many runnable
+    threads on its one CPU piles up waits, but it still burns its CPU quota: it is stopped
+    once it had its share, at run_timeout, as any loop alone."""
+    spinners = """import threading
+def spin():
+    while True:
+        pass
+for _ in range(64):
+    threading.Thread(target=spin, daemon=True).start()
+spin()
+"""
+    body = run(load_server, spinners, run_timeout=Unscaled(1.0))["run_result"]
+    assert body["status"] == "TimeLimitExceeded", body
+    assert body["execution_time"] < 1.0 + scaled(0.5), body
