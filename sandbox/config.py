@@ -44,14 +44,16 @@ def _default_compiles() -> int:
 
 def _default_concurrency() -> int:
     # Open sandboxes, most of them sleeping or waiting at any time under an RL step's load (the
-    # computing ones are bounded by cpu_share): 16 per core costs ~25 MB each of the server's
-    # and runtimes' memory at most, beside what the programs are charged (checked apart).
-    return max(16, 16 * (os.cpu_count() or 1))
+    # computing ones are bounded by cpu_share; what they are charged by memory_reserve_mb).
+    from .engine.capacity import cpus_available
+
+    return max(16, round(16 * cpus_available()))
 
 
 def _default_memory_reserve_mb() -> int:
     import psutil
 
+    # 5% of the machine (of its memory, not of a container's limit: a reserve for the host).
     return max(512, int(psutil.virtual_memory().total * 0.05 / MiB))
 
 
@@ -188,7 +190,7 @@ class Settings(BaseSettings):
         description="Sandboxes open at once, at most; further requests wait in a queue. How "
                     "many of them may compute at once is bounded by `cpu_share`; a sandbox that "
                     "sleeps or waits for input does not count there.",
-        json_schema_extra={"shown_default": "16 x CPU cores"})
+        json_schema_extra={"shown_default": "16 x CPU cores (within the server's cgroup CPU quota)"})
     cpu_share: float = Field(
         0.4, ge=0, le=1,
         description="CPU each running program is guaranteed, in CPUs: a program that needs at "
@@ -426,8 +428,10 @@ class Settings(BaseSettings):
     @property
     def cpu_slots(self) -> int:
         """Sandboxes that may compute at once (``Admission``)."""
-        cores = len(os.sched_getaffinity(0))
-        return max(1, round(cores / self.cpu_share)) if self.cpu_share > 0 else max(2, 2 * cores)
+        from .engine.capacity import cpus_available
+
+        cores = cpus_available()
+        return max(1, round(cores / self.cpu_share)) if self.cpu_share > 0 else max(2, round(2 * cores))
 
     @property
     def assets_directory(self) -> Path:

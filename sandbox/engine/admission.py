@@ -8,8 +8,9 @@ A request is admitted (first come, first served) when all of these hold:
   (``cpus / cpu_share``, see ``deadline.FairDeadline``). A sandbox counts as computing from
   its admission until it is seen to use less than ``IDLE_CPU_RATE`` of a CPU over a sampling
   interval (it sleeps, waits for input, or is between steps on the server's side);
-- **memory**: the machine has more than ``memory_reserve_bytes`` available: the sum of the
-  sandboxes' caps may exceed the machine, what they are actually charged may not;
+- **memory**: more than ``memory_reserve_bytes`` is available (the machine's, within the
+  server's own cgroup limit: ``capacity``): the sum of the sandboxes' caps may exceed the
+  machine, what they are actually charged may not;
 - **count**: fewer than ``max_open`` sandboxes are open (processes, mounts, file descriptors).
 
 A request waits at most its own budget (what its client will wait, see ``Engine``), then gets
@@ -26,7 +27,7 @@ import math
 import time
 from typing import Callable, Deque
 
-import psutil
+from .capacity import memory_available_bytes
 
 SAMPLE_S = 0.1
 # Under this many CPU seconds per second a sandbox is not computing: it sleeps or waits.
@@ -161,7 +162,7 @@ class Admission:
             for ticket in list(self.open):
                 ticket.sample(now)
             if self.memory_reserve_bytes:
-                self._memory_ok = psutil.virtual_memory().available > self.memory_reserve_bytes
+                self._memory_ok = memory_available_bytes() > self.memory_reserve_bytes
             self._wake()
             await asyncio.sleep(SAMPLE_S)
 

@@ -1,4 +1,5 @@
-"""The engine: admits jobs through a concurrency gate and runs each one in a fresh sandbox.
+"""The engine: admits jobs (``admission.Admission``: by the CPU, memory and sandboxes they
+need) and runs each one in a fresh sandbox.
 
 A job's steps: write the source and files, compile (if the runtime has a compile step, and
 the compile cache has not seen this exact program), run, read back the requested files. A

@@ -162,13 +162,13 @@ def test_a_full_queue_answers_at_once():
 
 
 def test_no_room_while_memory_is_short(monkeypatch):
-    import psutil
+    from sandbox.engine import admission as module
 
     class Short:
         available = 100 << 20
 
     async def scenario():
-        monkeypatch.setattr(psutil, "virtual_memory", lambda: Short)
+        monkeypatch.setattr(module, "memory_available_bytes", lambda: Short.available)
         admission = Admission(cpu_slots=4, max_open=4, max_queue=4, memory_reserve_bytes=512 << 20)
         first = admission.try_enter()  # nothing sampled yet
         await asyncio.sleep(SAMPLE_S * 2)
@@ -223,3 +223,12 @@ def test_the_engine_remembers_a_refused_job_for_its_retry():
         assert first <= time.monotonic()
 
     asyncio.run(scenario())
+
+
+def test_capacity_reads_this_hosts_figures():
+    import os
+
+    from sandbox.engine.capacity import cpus_available, memory_available_bytes
+
+    assert 1 <= cpus_available() <= len(os.sched_getaffinity(0))
+    assert 0 < memory_available_bytes()

@@ -285,8 +285,8 @@ class OciSandbox:
             raise CpuStarved(
                 f"this server could not give the run its guaranteed CPU share: "
                 f"{self._cpu_time_s or 0:.2f} s of CPU in {wall:.1f} s, stopped at "
-                f"{deadline.backstop_s:g} s (the host is overcommitted; retry, or lower "
-                f"SANDBOX_CPU_SHARE's load: see docs/api.md, \"Time limits under load\")")
+                f"{deadline.backstop_s:g} s: the host is overcommitted (other processes or a "
+                f"hypervisor take its CPUs); retry (docs/api.md, \"Time limits under load\")")
         if timed_out:
             return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
                               stdout.truncated, stderr.truncated, cpu_time_s=self._cpu_time_s)
