@@ -38,37 +38,44 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _up_to_root(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors within the cgroup mount: a limit set on any of them binds
+    (a container's server moves itself into a child of the cgroup its limits are on)."""
+    chain = [folder]
+    while chain[-1] != CGROUP_ROOT and CGROUP_ROOT in chain[-1].parents:
+        chain.append(chain[-1].parent)
+    return chain
+
+
 def cpus_available() -> float:
-    """CPUs this process may run on, at most its cgroup's CPU quota."""
+    """CPUs this process may run on, at most its cgroups' CPU quota."""
     cpus = float(len(os.sched_getaffinity(0)))
     folder = _own_cgroup("cpu")
-    if folder is None:
-        return cpus
-    quota = _read(folder / "cpu.max")  # v2: "max 100000" or "400000 100000"
-    if quota is not None:
-        limit, _, period = quota.partition(" ")
-    else:
-        limit, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-    try:
-        if limit not in (None, "max", "-1") and period:
-            return max(1.0, min(cpus, int(limit) / int(period)))
-    except ValueError:
-        pass
+    for level in _up_to_root(folder) if folder is not None else ():
+        quota = _read(level / "cpu.max")  # v2: "max 100000" or "400000 100000"
+        if quota is not None:
+            limit, _, period = quota.partition(" ")
+        else:
+            limit, period = _read(level / "cpu.cfs_quota_us"), _read(level / "cpu.cfs_period_us")
+        try:
+            if limit not in (None, "max", "-1") and period:
+                cpus = min(cpus, max(1.0, int(limit) / int(period)))
+        except ValueError:
+            pass
     return cpus
 
 
 def memory_available_bytes() -> int:
-    """Memory that may still be charged: the machine's available memory, and, under a cgroup
-    memory limit, what is left below it."""
+    """Memory that may still be charged: the machine's available memory, and, under cgroup
+    memory limits, what is left below each."""
     available = psutil.virtual_memory().available
     folder = _own_cgroup("memory")
-    if folder is None:
-        return available
-    limit = _read(folder / "memory.max") or _read(folder / "memory.limit_in_bytes")
-    usage = _read(folder / "memory.current") or _read(folder / "memory.usage_in_bytes")
-    try:
-        if limit and usage and limit != "max" and int(limit) < (1 << 60):
-            return min(available, int(limit) - int(usage))
-    except ValueError:
-        pass
+    for level in _up_to_root(folder) if folder is not None else ():
+        limit = _read(level / "memory.max") or _read(level / "memory.limit_in_bytes")
+        usage = _read(level / "memory.current") or _read(level / "memory.usage_in_bytes")
+        try:
+            if limit and usage and limit != "max" and int(limit) < (1 << 60):
+                available = min(available, int(limit) - int(usage))
+        except ValueError:
+            pass
     return available

@@ -232,3 +232,23 @@ def test_capacity_reads_this_hosts_figures():
 
     assert 1 <= cpus_available() <= len(os.sched_getaffinity(0))
     assert 0 < memory_available_bytes()
+
+
+def test_capacity_is_bounded_by_the_limits_of_the_servers_cgroup_and_its_ancestors(
+        tmp_path, monkeypatch):
+    """A pod's limits sit on the cgroup above the one its server moves itself into."""
+    from sandbox.engine import capacity
+
+    pod = tmp_path / "kubepods" / "pod1"
+    server = pod / "init"
+    server.mkdir(parents=True)
+    (pod / "memory.max").write_text(f"{4 << 30}\n")
+    (pod / "memory.current").write_text(f"{3 << 30}\n")
+    (server / "memory.max").write_text("max\n")
+    (server / "memory.current").write_text(f"{1 << 30}\n")
+    (pod / "cpu.max").write_text("150000 100000\n")
+    (server / "cpu.max").write_text("max 100000\n")
+    monkeypatch.setattr(capacity, "CGROUP_ROOT", tmp_path)
+    monkeypatch.setattr(capacity, "_own_cgroup", lambda controller: server)
+    assert capacity.memory_available_bytes() <= 1 << 30
+    assert capacity.cpus_available() == min(1.5, len(__import__("os").sched_getaffinity(0)))
