@@ -252,3 +252,29 @@ def test_capacity_is_bounded_by_the_limits_of_the_servers_cgroup_and_its_ancesto
     monkeypatch.setattr(capacity, "_own_cgroup", lambda controller: server)
     assert capacity.memory_available_bytes() <= 1 << 30
     assert capacity.cpus_available() == min(1.5, len(__import__("os").sched_getaffinity(0)))
+
+
+@pytest.mark.parametrize("hierarchy", ["v1", "v2"])
+def test_cgroup_cpu_reads_usage_and_the_waits_of_live_threads(tmp_path, monkeypatch, hierarchy):
+    import os
+
+    from sandbox.engine import cgroups
+
+    monkeypatch.setattr(cgroups, "CGROUP_ROOT", tmp_path)
+    meter = cgroups.CgroupCpu("/llm-sandbox-x/box-1")
+    assert meter.usage_s() is None and meter.waited_s() == 0.0   # not made yet
+    if hierarchy == "v1":
+        folder = tmp_path / "cpuacct" / "llm-sandbox-x" / "box-1"
+        folder.mkdir(parents=True)
+        (folder / "cpuacct.usage").write_text("1500000000\n")
+        (folder / "tasks").write_text(f"{os.getpid()}\n")
+    else:
+        folder = tmp_path / "llm-sandbox-x" / "box-1"
+        (folder / "test-1").mkdir(parents=True)   # a test's child cgroup counts too
+        (folder / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\n")
+        (folder / "cgroup.threads").write_text("")
+        (folder / "test-1" / "cgroup.threads").write_text(f"{os.getpid()}\n")
+    assert meter.usage_s() == 1.5
+    ours = cgroups.schedstat_waited_ns(os.getpid()) / 1e9
+    assert meter.waited_s() >= ours >= 0
+    assert cgroups.schedstat_waited_ns(2 ** 22 + 12345) == 0   # a thread gone
