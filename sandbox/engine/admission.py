@@ -77,6 +77,8 @@ class Admission:
         self._arrivals = itertools.count()
         self._sampler: asyncio.Task | None = None
         self._memory_ok = True
+        # When the server was last seen full: every CPU slot computing, or a request waiting.
+        self._full_at = float("-inf")
         # Admissions' times, recent: how fast the queue moves (Retry-After).
         self._admitted_at: Deque[float] = collections.deque(maxlen=64)
 
@@ -89,8 +91,19 @@ class Admission:
         return sum(ticket.computing for ticket in self.open)
 
     def _has_room(self) -> bool:
-        return (len(self.open) < self.max_open and self.computing < self.cpu_slots
+        room = (len(self.open) < self.max_open and self.computing < self.cpu_slots
                 and self._memory_ok)
+        if not room:
+            self._full_at = time.monotonic()
+        return room
+
+    def full_since(self, moment: float) -> bool:
+        """Whether the server has been full (no room for one more computing sandbox, or a
+        request waiting) at any time since ``moment`` (a ``time.monotonic()``): only then may
+        a run's time limit stretch past its wall clock (``deadline.FairDeadline``)."""
+        if self._queue or self.computing >= self.cpu_slots:
+            self._full_at = time.monotonic()
+        return self._full_at >= moment
 
     def try_enter(self) -> Ticket | None:
         """A ticket at once if there is room and nobody waits; else None."""
@@ -161,6 +174,8 @@ class Admission:
             now = time.monotonic()
             for ticket in list(self.open):
                 ticket.sample(now)
+            if self._queue or self.computing >= self.cpu_slots:
+                self._full_at = now
             if self.memory_reserve_bytes:
                 self._memory_ok = memory_available_bytes() > self.memory_reserve_bytes
             self._wake()

@@ -14,8 +14,10 @@ wall time, a run is stopped as soon as either
   ``run_timeout`` (it was not starved: a program that sleeps or waits on stdin ends at
   ``run_timeout``, as on an idle server).
 
-Alone on a server a run is never starved, so both hold at ``run_timeout``: the wall-clock
-meaning holds exactly. Under load only a starved run goes on, and only until one of the two
+This applies to a run during which the server was full (every CPU slot computing, or a
+request waiting: ``Admission.full_since``); alone, or on a server with room to spare, a run's
+limit is plain wall-clock time, whatever else the host runs: the wall-clock meaning holds
+exactly. Under load only a starved run goes on, and only until one of the two
 holds, or until ``max_extension_s`` more: a backstop, which admission keeps out of reach
 unless the host itself is overcommitted (other processes, a hypervisor's steal time). A run
 the backstop stops before it had its guaranteed time gets no verdict: the server failed it,

@@ -49,6 +49,10 @@ class Engine:
         self.queue_timeout_s = queue_timeout_s
         self.admission = Admission(min(cpu_slots or max_concurrency, max_concurrency),
                                    max_concurrency, max_queue, memory_reserve_bytes)
+        # A backend that stretches a starved run's time limit asks whether the server was
+        # full meanwhile: alone, or with room to spare, a limit is plain wall-clock time.
+        if hasattr(backend, "server_was_full"):
+            backend.server_was_full = self.admission.full_since
         # Compiles are CPU-bound (one CPU each): more at once than cores only makes each take
         # longer, until some pass their timeout. The timeout counts from the compile's start.
         self._compiling = asyncio.Semaphore(max_compiles or max_concurrency)

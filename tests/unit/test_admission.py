@@ -278,3 +278,20 @@ def test_cgroup_cpu_reads_usage_and_the_waits_of_live_threads(tmp_path, monkeypa
     ours = cgroups.schedstat_waited_ns(os.getpid()) / 1e9
     assert meter.waited_s() >= ours >= 0
     assert cgroups.schedstat_waited_ns(2 ** 22 + 12345) == 0   # a thread gone
+
+
+def test_the_server_is_full_when_every_cpu_slot_computes_or_a_request_waits():
+    async def scenario():
+        admission = Admission(cpu_slots=2, max_open=10, max_queue=10)
+        started = time.monotonic()
+        first = admission.try_enter()
+        assert not admission.full_since(started)       # room to spare: plain wall clock
+        second = admission.try_enter()
+        assert admission.full_since(started)           # both slots computing
+        admission.leave(second)
+        later = time.monotonic()
+        assert admission.full_since(started) and not admission.full_since(later + 1)
+        admission.leave(first)
+        await admission.close()
+
+    asyncio.run(scenario())

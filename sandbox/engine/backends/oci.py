@@ -32,7 +32,7 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Sequence
+from typing import AsyncIterator, Callable, Sequence
 
 from .. import safe_files
 from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, MemoryFacts, cgroup_memory_facts,
@@ -304,10 +304,12 @@ class OciSandbox:
 
     def _time_is_up(self, deadline: FairDeadline, started: float, cpu: CgroupCpu,
                     runtime_pid: int) -> bool:
-        """Past the wall-clock limit: whether to stop the run now (``FairDeadline``). The
+        """Past the wall-clock limit: whether to stop the run now (``FairDeadline``), when the
+        server has been full during the run (else the limit is wall-clock time: waits for a
+        CPU that the server's own load did not cause are not the server's to make up). The
         runtime process's own wait for a CPU (starting the container) counts as starved time."""
         wall = time.monotonic() - started
-        if deadline.share <= 0:
+        if deadline.share <= 0 or not self._backend.server_was_full(started):
             return True
         used = cpu.usage_s()
         if used is not None:
@@ -377,6 +379,9 @@ class OciBackend:
         self.swap_accounting = _swap_accounting()
         # crun can load a filter compiled once; runc compiles linux.seccomp at every start.
         self.seccomp_annotations = bpf_annotation(SECCOMP_PROFILE) if Path(runtime).name == "crun" else {}
+        # Whether the server was full at any time since a moment (the engine's admission sets
+        # it): a run's limit stretches (FairDeadline) only then. Never full without an engine.
+        self.server_was_full: Callable[[float], bool] = lambda since: False
 
     @property
     def description(self) -> str:
