@@ -195,9 +195,10 @@ class Settings(BaseSettings):
         0.4, ge=0, le=1,
         description="CPU each running program is guaranteed, in CPUs: a program that needs at "
                     "most cpu_share x run_timeout seconds of CPU is never stopped for time, "
-                    "however loaded the server (past run_timeout a starved run goes on until it "
-                    "had that much CPU, at most twice run_timeout; alone, run_timeout is plain "
-                    "wall-clock time). Admission lets at most CPU cores / cpu_share sandboxes "
+                    "however loaded the server (oci backend: past run_timeout a run starved "
+                    "while the server was full goes on until it had that much CPU, at most twice "
+                    "run_timeout; otherwise run_timeout is plain wall-clock time). Admission "
+                    "lets at most CPU cores / cpu_share sandboxes "
                     "compute at once. A program that loops costs cpu_share x run_timeout CPU "
                     "seconds. 0: run_timeout is wall-clock time under any load, and at most "
                     "2 x CPU cores sandboxes compute at once (docs/api.md, \"Time limits under "
