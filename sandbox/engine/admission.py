@@ -101,9 +101,12 @@ class Admission:
         """Whether the server has been full (no room for one more computing sandbox, or a
         request waiting) at any time since ``moment`` (a ``time.monotonic()``): only then may
         a run's time limit stretch past its wall clock (``deadline.FairDeadline``)."""
-        if self._queue or self.computing >= self.cpu_slots:
-            self._full_at = time.monotonic()
+        self._note_if_full(time.monotonic())
         return self._full_at >= moment
+
+    def _note_if_full(self, now: float) -> None:
+        if self._queue or self.computing >= self.cpu_slots:
+            self._full_at = now
 
     def try_enter(self) -> Ticket | None:
         """A ticket at once if there is room and nobody waits; else None."""
@@ -174,8 +177,7 @@ class Admission:
             now = time.monotonic()
             for ticket in list(self.open):
                 ticket.sample(now)
-            if self._queue or self.computing >= self.cpu_slots:
-                self._full_at = now
+            self._note_if_full(now)
             if self.memory_reserve_bytes:
                 self._memory_ok = memory_available_bytes() > self.memory_reserve_bytes
             self._wake()

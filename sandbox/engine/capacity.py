@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-CGROUP_ROOT = Path("/sys/fs/cgroup")
+from .cgroups import CGROUP_ROOT
 
 
 def _own_cgroup(controller: str) -> Path | None:

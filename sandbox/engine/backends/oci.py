@@ -76,9 +76,7 @@ class OciSandbox:
         self._facts = MemoryFacts(None, None)
         self._cpu_time_s: float | None = None   # the last step's
         self._starved = False   # the last step was stopped by the backstop, starved
-        self._running_cgroup: str | None = None
-        self._cpu_meter: CgroupCpu | None = None
-        self._cpu_meter_path: str | None = None
+        self._running_cpu: CgroupCpu | None = None   # the CPU side of the step running now
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -161,12 +159,12 @@ class OciSandbox:
         proc, ours, name, cgroups_path = await self._start(
             [INIT, "--deadline-ms", str(int((deadline.backstop_s + BACKSTOP_GRACE_S) * 1000)),
              "--", *argv])
-        self._running_cgroup = cgroups_path
+        self._running_cpu = CgroupCpu(cgroups_path)
         try:
             return await self._supervise(proc, ours, name, cgroups_path, stdin, started,
                                          deadline, output_limit)
         finally:
-            self._running_cgroup = None
+            self._running_cpu = None
             ours.close()
             if proc.returncode is None:
                 await self._backend.kill(name)
@@ -182,7 +180,7 @@ class OciSandbox:
         proc, ours, name, cgroups_path = await self._start(
             [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
              "--channel-fd", "3"], workdir_writable=False)
-        self._running_cgroup = cgroups_path
+        self._running_cpu = CgroupCpu(cgroups_path)
         diagnostics = CappedBuffer(16 << 10)
 
         async def drain(stream: asyncio.StreamReader) -> None:
@@ -197,7 +195,7 @@ class OciSandbox:
             yield session
             await finish(session.channel)
         finally:
-            self._running_cgroup = None
+            self._running_cpu = None
             writer.close()
             try:
                 await asyncio.wait_for(proc.wait(), timeout=2.0)
@@ -240,7 +238,7 @@ class OciSandbox:
         status_task = asyncio.create_task(read_status(status_sock))
         flood_task = asyncio.create_task(flooded.wait())
         timed_out = False
-        cpu = CgroupCpu(cgroups_path)
+        cpu = self._running_cpu
         self._cpu_time_s = None
         self._starved = False
         try:
@@ -321,11 +319,7 @@ class OciSandbox:
     def cpu_seconds(self) -> float | None:
         """CPU seconds used by the step running now (None when none runs): admission's gauge of
         whether this sandbox computes or waits."""
-        if self._running_cgroup is None:
-            return None
-        if self._cpu_meter is None or self._cpu_meter_path != self._running_cgroup:
-            self._cpu_meter, self._cpu_meter_path = CgroupCpu(self._running_cgroup), self._running_cgroup
-        return self._cpu_meter.usage_s()
+        return self._running_cpu.usage_s() if self._running_cpu is not None else None
 
 
 class OciTestSession:
