@@ -203,6 +203,12 @@ class Settings(BaseSettings):
                     "seconds. 0: run_timeout is wall-clock time under any load, and at most "
                     "2 x CPU cores sandboxes compute at once (docs/api.md, \"Time limits under "
                     "load\").")
+    warm_templates: bool = Field(
+        True,
+        description="oci backend: keep a warm template per language that declares one (Python: "
+                    "an interpreter with numpy, scipy, sympy and pandas imported) and run each "
+                    "/run_code as a fork of it, made a fresh sandbox before the program starts "
+                    "(docs/performance.md, SECURITY.md). Off: every run starts its interpreter.")
     memory_reserve_mb: int = Field(
         default_factory=_default_memory_reserve_mb, ge=0,
         description="Memory the machine keeps available: while less is, no further sandbox "

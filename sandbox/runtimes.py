@@ -83,6 +83,16 @@ class RuntimeSpec(BaseModel):
         0.0, ge=0, description="What starting the zygote adds to a sandbox's first test (s): "
                                "/v1/evaluate spreads tests over more sandboxes only when that "
                                "start pays off, and judges a first test's pace without it.")
+    template: tuple[str, ...] | None = Field(
+        None, description="argv of a warm template: an interpreter with the heavy modules "
+                          "imported that /run_code forks each run from, the child entering a "
+                          "fresh sandbox (sandbox/engine/backends/warm.py); none: each run "
+                          "starts the interpreter cold.")
+    template_sets: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict,
+        description="The warm templates of `template`, smallest first: name -> the modules "
+                    "each imports once. A run forks from the first set holding every module of "
+                    "the sets that its program names.")
     session: tuple[str, ...] | None = Field(
         None, description="argv of the interpreter a session keeps alive between calls "
                           "(gets the control folder as its last argument; sandbox/sessions/); "

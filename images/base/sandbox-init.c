@@ -14,9 +14,14 @@
  *
  * --deadline-ms N is a backstop for the server's own deadline: should the server die
  * mid-step, init exits N ms after it started, and with it everything in the sandbox.
+ *
+ * --reap-only (no program): PID 1 of a warm template's child (images/python/python-template.py),
+ * whose program is the template's fork, not ours: drops to uid 65534, then only reaps what ends
+ * up as its child, until killed (which ends the PID namespace).
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -46,9 +51,11 @@ int main(int argc, char **argv) {
         deadline_ms = strtol(argv[first + 1], NULL, 10);
         first += 2;
     }
+    int reap_only = first < argc && strcmp(argv[first], "--reap-only") == 0;
+    if (reap_only) first++;
     if (first < argc && strcmp(argv[first], "--") == 0) first++;
-    if (first >= argc) {
-        fprintf(stderr, "usage: sandbox-init [--deadline-ms N] [--] program [args...]\n");
+    if (first >= argc && !reap_only) {
+        fprintf(stderr, "usage: sandbox-init [--deadline-ms N] [--reap-only | [--] program [args...]]\n");
         return 127;
     }
     if (deadline_ms > 0) {
@@ -59,6 +66,24 @@ int main(int argc, char **argv) {
         sigaction(SIGALRM, &sa, NULL);
         struct itimerval timer = {{0, 0}, {deadline_ms / 1000, (deadline_ms % 1000) * 1000}};
         setitimer(ITIMER_REAL, &timer, NULL);
+    }
+    if (reap_only) {
+        /* Spawned by a root template: the sandbox's user, as the rest of the sandbox. */
+        if (geteuid() == 0 && (setgroups(0, NULL) || setresgid(65534, 65534, 65534)
+                               || setresuid(65534, 65534, 65534))) {
+            perror("sandbox-init: dropping to uid 65534");
+            return 127;
+        }
+        prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        sigset_t children;
+        sigemptyset(&children);
+        sigaddset(&children, SIGCHLD);
+        sigprocmask(SIG_BLOCK, &children, NULL); /* queued for sigwaitinfo, not dropped */
+        prctl(PR_SET_DUMPABLE, 0);
+        for (;;) {
+            while (waitpid(-1, NULL, WNOHANG) > 0) {}
+            sigwaitinfo(&children, NULL);
+        }
     }
     int have_status_fd = fcntl(STATUS_FD, F_GETFD) != -1;
     if (have_status_fd) fcntl(STATUS_FD, F_SETFD, FD_CLOEXEC);

@@ -81,7 +81,8 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     fresh_stdio()
     for sig in CATCHABLE:
         _signal.signal(sig, STARTUP_HANDLERS.get(sig, _signal.SIG_DFL))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit + 1, limit + 1))
+    if limit >= 0:  # a test's output files; a warm /run_code has no such cap (-1)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit + 1, limit + 1))
     script = os.path.abspath(argv[0])
     sys.argv = argv
     sys.path[0] = os.path.dirname(script)
@@ -96,6 +97,8 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
             tb = tb.tb_next  # start at the script's frames, as `python3 script` shows them
         sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # None for a SyntaxError
         code = 1
+        if isinstance(exc, KeyboardInterrupt):
+            code = -_signal.SIGINT  # CPython then ends by SIGINT (its exit status says so)
     threading = sys.modules.get("threading")
     if threading is not None:  # wait for non-daemon threads, as interpreter exit does
         try:
@@ -110,6 +113,9 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 - e.g. the output cap: EFBIG
             code = code or 120
+    if code == -_signal.SIGINT:
+        _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
+        os.kill(os.getpid(), _signal.SIGINT)
     os._exit(code)
 
 
@@ -152,4 +158,5 @@ def main() -> None:
         control.sendall(f"{kind} {number} {cpu_us} {usage.ru_maxrss}\n".encode())
 
 
-main()
+if __name__ == "__main__":  # python-template.py imports run_test from here
+    main()

@@ -125,7 +125,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                     warm = True
             gpu_images = await _check_gpu_languages(app, all_languages, engine.backend, settings)
             if warm:
-                warming = asyncio.create_task(engine.backend.warm(registry.images + gpu_images))
+                warming = asyncio.create_task(_warm_up(engine.backend, registry, gpu_images,
+                                                       settings.warm_templates))
         except BackendError as exc:
             log.error("container backend not ready: %s", exc)
         log.info("serving %s with the %s backend, %d sandboxes open and %d computing at once "
@@ -139,6 +140,14 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         await engine.admission.close()
         await engine.backend.close()
         instance_lock.release()
+
+    async def _warm_up(backend, registry, gpu_images, templates: bool) -> None:
+        """Every image's root unpacked, then the warm templates started (oci backend)."""
+        await backend.warm(registry.images + gpu_images)
+        if templates:
+            await backend.start_templates({
+                spec.image: (spec.template, spec.run, spec.template_sets)
+                for spec in registry.runnable if spec.template and not spec.gpu})
 
     app = FastAPI(
         title="LLM code sandbox",

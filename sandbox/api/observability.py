@@ -124,6 +124,21 @@ class _EngineGauges:
         for image, count in sorted(by_image.items()):
             warm.add_metric([image], count)
         yield warm
+        templates = getattr(engine.backend, "templates", None)  # oci backend only
+        ready = GaugeMetricFamily("sandbox_warm_templates_ready",
+                                  "oci backend: warm templates ready to fork runs from (1) or "
+                                  "not (0: their runs start cold), by image and module set.",
+                                  labels=["image", "set"])
+        runs = CounterMetricFamily("sandbox_runs_started",
+                                   "oci backend: /run_code runs by how they started: forked "
+                                   "from a warm template, or cold.", labels=["start"])
+        if templates is not None:
+            for template in templates.all():
+                ready.add_metric([template.image, template.name], int(template.ready))
+            for start, count in templates.runs.items():
+                runs.add_metric([start], count)
+        yield ready
+        yield runs
 
 
 class _SessionGauges:

@@ -316,3 +316,86 @@ def schedstat_waited_ns(tid: int) -> int:
         return int(fields[1])
     except (IndexError, ValueError):
         return 0
+
+
+# The v1 hierarchies a sandbox made by the server itself gets a cgroup in (``JobCgroup``);
+# in the others (devices, freezer, cpuset) it stays where its template's runtime put it.
+V1_OWN = ("memory", "pids", "cpu", "cpuacct", "cpu,cpuacct")
+
+
+class JobCgroup:
+    """A sandbox's cgroup made by the server, not by an OCI runtime: a warm template's child
+    (``backends/warm.py``) joins it before it runs anything. The same limits crun sets from a
+    bundle: memory (and memory + swap = memory), CPU quota, pids. v1 or v2, as the host has."""
+
+    def __init__(self, cgroups_path: str) -> None:
+        self.path = cgroups_path
+        self._rel = cgroups_path.lstrip("/")
+        if (CGROUP_ROOT / "memory").is_dir():
+            seen: set[Path] = set()
+            self.folders = []
+            for hierarchy in V1_OWN:
+                top = CGROUP_ROOT / hierarchy
+                if top.is_dir() and top.resolve() not in seen:
+                    seen.add(top.resolve())
+                    self.folders.append(top / self._rel)
+            self.v2 = False
+        else:
+            self.folders = [CGROUP_ROOT / self._rel]
+            self.v2 = True
+
+    def create(self, memory_bytes: int, swap_accounting: bool, cpus: float, pids: int) -> None:
+        """Make the cgroup with its limits (OSError: this host's cgroups cannot be written)."""
+        for folder in self.folders:
+            if self.v2:
+                parent = folder.parent
+                parent.mkdir(exist_ok=True)
+                with contextlib.suppress(OSError):  # enabled already, or not ours to enable
+                    _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
+                with contextlib.suppress(OSError):
+                    _write(parent / "cgroup.subtree_control", b"+cpu +memory +pids")
+            folder.mkdir(parents=True)
+        quota = int(cpus * 100_000)
+        try:
+            if self.v2:
+                folder = self.folders[0]
+                _write(folder / "memory.max", str(memory_bytes).encode())
+                if swap_accounting:
+                    _write(folder / "memory.swap.max", b"0")
+                _write(folder / "pids.max", str(pids).encode())
+                _write(folder / "cpu.max", f"{quota} 100000".encode())
+                return
+            for folder in self.folders:
+                if (folder / "memory.limit_in_bytes").exists():
+                    _write(folder / "memory.limit_in_bytes", str(memory_bytes).encode())
+                    if swap_accounting and (folder / "memory.memsw.limit_in_bytes").exists():
+                        _write(folder / "memory.memsw.limit_in_bytes", str(memory_bytes).encode())
+                if (folder / "pids.max").exists():
+                    _write(folder / "pids.max", str(pids).encode())
+                if (folder / "cpu.cfs_quota_us").exists():
+                    _write(folder / "cpu.cfs_period_us", b"100000")
+                    _write(folder / "cpu.cfs_quota_us", str(quota).encode())
+        except OSError:
+            self.remove(0)
+            raise
+
+    def join(self, pid: int) -> None:
+        """Move process ``pid`` (one thread, nothing forked yet) into the cgroup."""
+        for folder in self.folders:
+            _write(folder / "cgroup.procs", str(pid).encode())
+
+    def pids(self) -> list[int]:
+        return [int(p) for p in (_read_all(self.folders[0] / "cgroup.procs") or b"").split()]
+
+    def kill(self) -> None:
+        """SIGKILL every process in the cgroup (the sandbox's PID 1 first takes the rest)."""
+        if self.v2 and (self.folders[0] / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                _write(self.folders[0] / "cgroup.kill", b"1")
+                return
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+    def remove(self, wait_s: float = 2.0) -> bool:
+        return remove_cgroup(self.path, wait_s)

@@ -31,14 +31,14 @@ class Child:
             os.kill(self.pid, 9)
 
 
-async def _reader(fd: int) -> asyncio.StreamReader:
+async def pipe_reader(fd: int) -> asyncio.StreamReader:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=1 << 20)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
     return reader
 
 
-async def _writer(fd: int) -> asyncio.StreamWriter:
+async def pipe_writer(fd: int) -> asyncio.StreamWriter:
     loop = asyncio.get_running_loop()
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.streams.FlowControlMixin(), os.fdopen(fd, "wb", 0))
@@ -76,4 +76,4 @@ async def spawn(argv: list[str], fd3: int, env: dict[str, str], more_fds: tuple[
             exited.set_result(os.waitstatus_to_exitcode(status))
 
     loop.add_reader(pidfd, on_exit)
-    return Child(pid, await _writer(in_w), await _reader(out_r), await _reader(err_r), exited)
+    return Child(pid, await pipe_writer(in_w), await pipe_reader(out_r), await pipe_reader(err_r), exited)

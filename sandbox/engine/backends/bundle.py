@@ -107,3 +107,29 @@ def with_gpus(config: dict, gpu: GpuAccess) -> None:
     hooks = config.setdefault("hooks", {})
     hooks["createContainer"] = [*hooks.get("createContainer", []), {
         "path": gpu.mount_tool, "args": ["mount", "-o", "remount,bind,ro", config["root"]["path"]]}]
+
+
+# What a warm template (backends/warm.py) needs to make each child's sandbox: namespaces and
+# mounts, then dropping to the sandbox's user and an empty bounding set; ending a run's PID 1
+# (which runs as that user).
+TEMPLATE_CAPABILITIES = ["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"]
+# The largest stack a sandbox gets (models.stack_limit_bytes): the address-space layout a
+# child inherits was laid out for the template's limit at its exec.
+TEMPLATE_STACK_BYTES = 256 << 20
+
+
+def template_config(config: dict) -> dict:
+    """``config`` turned into a warm template's: root with TEMPLATE_CAPABILITIES, no seccomp
+    filter of its own (each child loads the sandbox's before it runs a program, and the
+    template runs none), not the OOM killer's first choice. Still no network, a read-only
+    root and no_new_privs."""
+    process = config["process"]
+    process["user"] = {"uid": 0, "gid": 0}
+    process["capabilities"] = {kind: list(TEMPLATE_CAPABILITIES)
+                               for kind in ("bounding", "effective", "permitted")}
+    process["oomScoreAdj"] = 0
+    process["rlimits"] = [r for r in process["rlimits"] if r["type"] != "RLIMIT_STACK"] + [
+        {"type": "RLIMIT_STACK", "hard": TEMPLATE_STACK_BYTES, "soft": TEMPLATE_STACK_BYTES}]
+    config["annotations"] = {}
+    config["linux"].pop("seccomp", None)
+    return config

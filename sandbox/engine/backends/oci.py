@@ -32,25 +32,26 @@ import time
 import uuid
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from .. import safe_files
-from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, MemoryFacts, cgroup_memory_facts,
-                       schedstat_waited_ns)
+from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts,
+                       cgroup_memory_facts, schedstat_waited_ns)
 from ..deadline import RECHECK_S, FairDeadline
-from ..models import Limits, StepResult, StepStatus
+from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
 from ..gpu import NOT_CHECKED, GpuAccess
 from .base import SANDBOX_UID, BackendError, CpuStarved, GpuUnavailable, SandboxUnavailable
-from .bundle import bundle_config
+from .bundle import bundle_config, template_config
 from .oci_live import LiveProcess
 from .oci_status import parse_status, read_status, wait_exit
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
                    _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
+from .warm import Templates, WarmUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,11 @@ RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 
 class OciSandbox:
     def __init__(self, backend: "OciBackend", job_id: str, rootfs: Path, env: list[str],
-                 limits: Limits) -> None:
+                 limits: Limits, image: str = "", single_use: bool = False) -> None:
         self._backend = backend
+        self._image = image
+        # A request's own sandbox (not a session's): its run may be a warm template's fork.
+        self._single_use = single_use
         self.id = job_id
         self._rootfs = rootfs
         self._env = env
@@ -108,17 +112,19 @@ class OciSandbox:
         shutil.rmtree(self.bundle_dir, ignore_errors=True)
 
     def _config(self, args: Sequence[str], cgroups_path: str, workdir_writable: bool = True,
-                extra_mounts: Sequence[dict] = ()) -> dict:
-        return bundle_config(args, rootfs=self._rootfs, env=self._env, limits=self._limits,
-                             workdir=self.workdir, cgroups_path=cgroups_path,
-                             swap_accounting=self._backend.swap_accounting,
-                             seccomp_annotations=self._backend.seccomp_annotations,
-                             workdir_writable=workdir_writable, extra_mounts=extra_mounts,
-                             gpu=self._backend.gpu if self._limits.gpu else None)
+                extra_mounts: Sequence[dict] = (), template: bool = False) -> dict:
+        config = bundle_config(args, rootfs=self._rootfs, env=self._env, limits=self._limits,
+                               workdir=self.workdir, cgroups_path=cgroups_path,
+                               swap_accounting=self._backend.swap_accounting,
+                               seccomp_annotations=self._backend.seccomp_annotations,
+                               workdir_writable=workdir_writable, extra_mounts=extra_mounts,
+                               gpu=self._backend.gpu if self._limits.gpu else None)
+        return template_config(config) if template else config
 
 
     async def _start(self, args: Sequence[str], workdir_writable: bool = True,
-                     extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = ()):
+                     extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = (),
+                     template: bool = False):
         """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us
         (and ``more_fds`` as fds 4, ...). Returns (runtime process, our end of the socket,
         container name, cgroup path)."""
@@ -129,7 +135,7 @@ class OciSandbox:
         try:
             step_dir.mkdir()
             (step_dir / "config.json").write_text(
-                json.dumps(self._config(args, cgroups_path, workdir_writable, extra_mounts)))
+                json.dumps(self._config(args, cgroups_path, workdir_writable, extra_mounts, template)))
         except OSError as exc:  # a full disk, most likely
             raise SandboxUnavailable(
                 f"cannot write the sandbox's bundle under {self._backend.run_dir}: {exc.strerror}; "
@@ -153,6 +159,55 @@ class OciSandbox:
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
+        templates = self._backend.templates
+        template = (templates.usable(self._image, argv, self._limits, self.workdir)
+                    if self._single_use else None)
+        if template is not None:
+            try:
+                result = await self._execute_warm(template, argv, stdin, timeout_s, output_limit)
+                templates.runs["warm"] += 1
+                template.failures = 0
+                return result
+            except WarmUnavailable as exc:
+                template.failed(str(exc))
+        templates.runs["cold"] += 1
+        return await self._execute_cold(argv, stdin, timeout_s, output_limit)
+
+    async def _execute_warm(self, template, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                            output_limit: int) -> StepResult:
+        """The run as a fork of the image's warm template (``warm.py``), in a cgroup of its own
+        with this sandbox's limits, over this sandbox's work directory."""
+        started = time.monotonic()
+        deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
+        self._steps += 1
+        cgroup = JobCgroup(f"/{self._backend.cgroup_parent}/{self.id}-{self._steps}")
+        limits = self._limits
+        try:
+            cgroup.create(limits.memory_mb << 20, self._backend.swap_accounting, limits.cpus,
+                          limits.pids)
+        except OSError as exc:
+            raise WarmUnavailable(f"cannot make the run's cgroup: {exc}") from exc
+        try:
+            run, channel = await template.fork(
+                cgroup, self.workdir, argv[1:],
+                tmp_mb=max(1, min(limits.workdir_mb, limits.memory_mb)),
+                stack_bytes=stack_limit_bytes(limits.memory_mb),
+                backstop_s=deadline.backstop_s + BACKSTOP_GRACE_S)
+        except BaseException:
+            await asyncio.to_thread(cgroup.remove)
+            raise
+        self._running_cpu = CgroupCpu(cgroup.path)
+        try:
+            return await self._supervise(run, channel, cgroup.path, stdin, started, deadline,
+                                         output_limit, run.kill)
+        finally:
+            self._running_cpu = None
+            channel.close()
+            run.cgroup.kill()
+            await asyncio.to_thread(cgroup.remove)
+
+    async def _execute_cold(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
+                            output_limit: int) -> StepResult:
         started = time.monotonic()
         deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
         # init's own deadline is a backstop should this server die mid-step.
@@ -161,8 +216,9 @@ class OciSandbox:
              "--", *argv])
         self._running_cpu = CgroupCpu(cgroups_path)
         try:
-            return await self._supervise(proc, ours, name, cgroups_path, stdin, started,
-                                         deadline, output_limit)
+            return await self._supervise(proc, ours, cgroups_path, stdin, started,
+                                         deadline, output_limit,
+                                         lambda: self._backend.kill(name))
         finally:
             self._running_cpu = None
             ours.close()
@@ -207,9 +263,9 @@ class OciSandbox:
             for task in drains:
                 task.cancel()
 
-    async def _supervise(self, proc, status_sock: socket.socket, name: str, cgroups_path: str,
+    async def _supervise(self, proc, status_sock: socket.socket, cgroups_path: str,
                          stdin: bytes, started: float, deadline: FairDeadline,
-                         limit: int) -> StepResult:
+                         limit: int, kill: Callable[[], Awaitable[None]]) -> StepResult:
         stdout, stderr = CappedBuffer(limit), CappedBuffer(limit)
         flooded = asyncio.Event()
         status_sock.setblocking(False)
@@ -264,12 +320,12 @@ class OciSandbox:
                 timed_out = not done
                 if timed_out:
                     self._cpu_time_s = cpu.usage_s()
-                await self._backend.kill(name)
+                await kill()
             remaining = max(0.5, started + deadline.backstop_s - time.monotonic() + 1.0)
             try:
                 await asyncio.wait_for(proc.wait(), timeout=remaining)
             except asyncio.TimeoutError:
-                await self._backend.kill(name)
+                await kill()
                 await wait_exit(proc, self._backend.runtime)
             # The pipes close once every process of the container is gone.
             await asyncio.wait(drains, timeout=2.0)
@@ -288,6 +344,8 @@ class OciSandbox:
         if timed_out:
             return StepResult(StepStatus.TIME_LIMIT, None, wall, stdout.getvalue(), stderr.getvalue(),
                               stdout.truncated, stderr.truncated, cpu_time_s=self._cpu_time_s)
+        if line.startswith("failed "):  # a warm child's set-up, before any program ran
+            raise WarmUnavailable(line)
         exit_code = parse_status(line)
         if flooded.is_set():
             exit_code = -9  # we stopped it
@@ -376,6 +434,7 @@ class OciBackend:
         # Whether the server was full at any time since a moment (the engine's admission sets
         # it): a run's limit stretches (FairDeadline) only then. Never full without an engine.
         self.server_was_full: Callable[[float], bool] = lambda since: False
+        self.templates = Templates()
 
     @property
     def description(self) -> str:
@@ -397,9 +456,23 @@ class OciBackend:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await proc.wait()
 
+    async def start_templates(self, wanted: dict[str, tuple[Sequence[str], Sequence[str],
+                                                          dict[str, Sequence[str]]]]) -> None:
+        """Start the warm templates: {image: (template argv, the run argv they serve, their
+        module sets)}."""
+        await self.templates.start(self, wanted)
+
+    async def delete(self, name: str) -> None:
+        """Remove a container's state left by a runtime process that was killed."""
+        proc = await asyncio.create_subprocess_exec(
+            *self.command("delete", "--force", name),
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        await proc.wait()
+
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[OciSandbox]:
         box = await self.open_kept(image, limits)
+        box._single_use = True
         try:
             yield box
         finally:
@@ -418,7 +491,7 @@ class OciBackend:
         # overlaid with a small tmpfs, gone with the sandbox. Its path ends like the shared
         # root's (<store entry>/rootfs): roots_in_use() still sees which root it runs from.
         own_root = bundle_dir / GPU_ROOT / rootfs.parent.name / "rootfs" if limits.gpu else None
-        box = OciSandbox(self, job_id, own_root or rootfs, env, limits)
+        box = OciSandbox(self, job_id, own_root or rootfs, env, limits, image)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
         try:
             box.bundle_dir.mkdir(parents=True)
@@ -478,6 +551,7 @@ class OciBackend:
                 log.warning("cannot prepare %s: %s", image, exc)
 
     async def close(self) -> None:
+        await self.templates.stop()
         await asyncio.to_thread(self._remove_instance_folders)
 
     def _remove_instance_folders(self) -> None:

@@ -1,0 +1,361 @@
+"""A warm Python template (sandbox/engine/backends/warm.py): an interpreter that has imported
+the heavy modules once, forked for each /run_code, the child entering a sandbox made fresh
+for it before it runs a line of the program.
+
+The template runs as root in a container of its own, with the capabilities it needs to make
+namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; KILL to end a run's PID 1, which
+runs as the sandbox's user) and no network. It never runs a
+program: each child drops everything before it does. fd 4 is the server's control socket
+(SOCK_SEQPACKET). The server first sends a JSON setup message ({"seccomp": base64 BPF}); we
+answer "ready <modules>". Per run it sends a JSON message with five descriptors:
+
+    the program's stdin, stdout, stderr; a socket to the server (the run's channel); and
+    the run's work directory as a detached mount (open_tree)
+
+and we make a new PID namespace whose PID 1 is `sandbox-init --reap-only` (spawned, cheap),
+then fork the child into it as PID 2 (one fork of this large process per run; a third
+process in between would cost another). The child:
+
+  1. says "joining" on the channel: the server reads its PID from the socket's credentials,
+     moves it into the run's cgroup (memory, CPU and pids limits) and answers one byte;
+  2. unshares mount, network, IPC, UTS and cgroup namespaces; mounts a fresh /proc (masked as
+     crun masks it), its own cgroup files, a fresh /tmp and /dev/shm, the work directory at
+     /sandbox; sets the limits; drops to uid 65534 with no capabilities (bounding set empty),
+     no_new_privs and the seccomp filter;
+  3. becomes `python3 main.py` (fresh __main__, sys.argv, stdio, signal dispositions, random
+     seeds) and runs the program (images/python/python-zygote.py's run_test).
+
+Its parent stays this template, outside its PID namespace (os.getppid() is 0 there). When it
+ends we write sandbox-init's status line on the channel ("exit|signal N maxrss_kb utime_us
+stime_us") and kill its PID 1, which ends everything left in the namespace; so does a run's
+backstop deadline, and so does the template's own end (its container's).
+"""
+
+import base64
+import ctypes
+import errno
+import gc
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+
+ZYGOTE = "/usr/local/lib/sandbox/python-zygote.py"
+SANDBOX_UID = 65534
+libc = ctypes.CDLL(None, use_errno=True)
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
+SYS_MOVE_MOUNT, MOVE_MOUNT_F_EMPTY_PATH, AT_FDCWD = 429, 0x4, -100
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 4, 24, 38, 22
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 47, 4, 2
+# crun's masks (sandbox/engine/backends/bundle.py): files get /dev/null, folders an empty tmpfs.
+MASKED = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+          "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi"]
+DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+READONLY = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+
+
+def check(result: int, what: str) -> int:
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+    return result
+
+
+def mount(source, target: str, fstype, flags: int, data=None) -> None:
+    enc = lambda s: s.encode() if isinstance(s, str) else s  # noqa: E731
+    check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                ("k", ctypes.c_uint)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+
+def cgroup_mounts() -> list[tuple[str, str, str]]:
+    """(mount point, type, super options) of /sys/fs/cgroup and what is mounted under it, as
+    the template's runtime made them: each child mounts the same in its own cgroup namespace."""
+    found = []
+    with open("/proc/self/mountinfo") as info:
+        for line in info:
+            fields = line.split()
+            point = fields[4]
+            if point == "/sys/fs/cgroup" or point.startswith("/sys/fs/cgroup/"):
+                rest = fields[fields.index("-") + 1:]
+                found.append((point, rest[0], rest[2]))
+    return found
+
+
+def load_zygote():
+    spec = importlib.util.spec_from_file_location("python_zygote", ZYGOTE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Run:
+    """A child in flight, as the template sees it."""
+
+    def __init__(self, channel: socket.socket, init: int, deadline: float) -> None:
+        self.channel, self.init, self.deadline = channel, init, deadline
+
+
+class Template:
+    def __init__(self, preload: list[str]) -> None:
+        self.loaded = []
+        for name in preload:
+            try:
+                __import__(name)
+                self.loaded.append(name)
+            except Exception as exc:  # noqa: BLE001 - a package missing from this image
+                print(f"template: cannot preload {name}: {exc}", file=sys.stderr)
+        self.zygote = load_zygote()
+        self.cgroups = cgroup_mounts()
+        self.last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
+        self.seccomp = None
+        self.control = socket.socket(fileno=4)
+        os.set_inheritable(4, False)
+        self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        self.runs: dict[int, Run] = {}
+        for sig in self.zygote.CATCHABLE:
+            signal.signal(sig, signal.SIG_IGN)
+        self.wakeup_r, self.wakeup_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(self.wakeup_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+    def setup(self) -> None:
+        message = json.loads(self.control.recv(1 << 20))
+        bpf = base64.b64decode(message["seccomp"])
+        count = len(bpf) // 8
+        self._filter = (SockFilter * count).from_buffer_copy(bpf)
+        self.seccomp = SockFprog(count, self._filter)
+        # What the template holds (the preloaded modules' objects) stays shared with every
+        # child: the collector no longer walks it, so a child's collection does not copy it.
+        gc.collect()
+        gc.freeze()
+        self.control.send(f"ready {' '.join(self.loaded)}".encode())
+
+    def serve(self) -> None:
+        while True:
+            now = time.monotonic()
+            timeout = min((run.deadline for run in self.runs.values()), default=now + 3600) - now
+            readable, _, _ = select.select([self.control, self.wakeup_r], [], [], max(0, timeout))
+            if self.control in readable and not self.receive():
+                return  # the server is gone: so are we, and with us every run
+            if self.wakeup_r in readable:
+                os.read(self.wakeup_r, 4096)
+            self.reap()
+            now = time.monotonic()
+            for run in self.runs.values():
+                if run.deadline <= now:
+                    kill(run.init)  # the backstop: the namespace goes, the child with it
+
+    def receive(self) -> bool:
+        try:
+            message, ancillary, _, _ = self.control.recvmsg(1 << 16, socket.CMSG_SPACE(5 * 4))
+        except InterruptedError:
+            return True
+        except OSError:
+            return False
+        fds = []
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += list(memoryview(data).cast("i"))
+        for fd in fds:
+            os.set_inheritable(fd, False)
+        if not message:
+            return False
+        if len(fds) == 5:
+            try:
+                self.start(json.loads(message), fds)
+            except Exception as exc:  # noqa: BLE001 - this run fails; the template serves on
+                print(f"template: cannot start a run: {exc!r}", file=sys.stderr)
+        for fd in fds[:3] + fds[4:]:
+            os.close(fd)
+        return True
+
+    def start(self, request: dict, fds: list[int]) -> None:
+        channel = socket.socket(fileno=fds[3])
+        check(libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
+        try:
+            init = os.posix_spawn("/usr/local/bin/sandbox-init", ["sandbox-init", "--reap-only"],
+                                  {}, setsigdef=DEFAULT_SIGNALS)
+            try:
+                pid = os.fork()
+            except OSError:
+                kill(init)
+                raise
+            if pid == 0:
+                try:
+                    self.child(request, fds)
+                finally:
+                    os._exit(121)
+        finally:
+            check(libc.setns(self.own_pid_ns, CLONE_NEWPID), "back to our PID namespace")
+        self.runs[pid] = Run(channel, init, time.monotonic() + request["backstop_s"])
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            run = self.runs.pop(pid, None)
+            if run is None:
+                continue  # a run's PID 1, killed
+            kind = "signal" if os.WIFSIGNALED(status) else "exit"
+            number = os.WTERMSIG(status) if kind == "signal" else os.WEXITSTATUS(status)
+            try:
+                run.channel.sendall(f"{kind} {number} {usage.ru_maxrss} "
+                                    f"{int(usage.ru_utime * 1e6)} {int(usage.ru_stime * 1e6)}\n"
+                                    .encode())
+            except OSError:
+                pass  # the server ended the run first
+            run.channel.close()
+            kill(run.init)
+
+    # --- the child: PID 2 of its own namespace, root until it drops ---
+    def child(self, request: dict, fds: list[int]) -> None:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        stdin, stdout, stderr, channel_fd, tree = fds
+        keep = {stdin, stdout, stderr, channel_fd, tree}
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2 and int(name) not in keep:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass  # listdir's own
+        channel = socket.socket(fileno=channel_fd)
+        try:
+            channel.sendall(b"joining\n")  # the server reads our PID from the credentials
+            if channel.recv(1) != b"1":
+                os._exit(122)  # the server could not make the cgroup: it runs the request cold
+            check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+                               | CLONE_NEWCGROUP), "unshare")
+            self.make_root(request, tree)
+            self.show_argv(request["argv"])
+            self.drop_privileges(request)
+            os.chdir("/sandbox")  # the sandbox's user's (root here has no CAP_DAC_OVERRIDE)
+        except BaseException as exc:  # noqa: BLE001 - said on the channel: a sandbox failure
+            tb = exc.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            where = f"{tb.tb_frame.f_code.co_name}:{tb.tb_lineno}"
+            try:
+                channel.sendall(f"failed {exc!r} at {where}"[:400].replace("\n", " ").encode()
+                                + b"\n")
+            finally:
+                os._exit(123)
+        channel.close()
+        self.program(request, (stdin, stdout, stderr))
+
+    def make_root(self, request: dict, tree: int) -> None:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        check(libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
+        mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
+        for path in MASKED:
+            if os.path.isdir(path):
+                mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=0")
+            elif os.path.exists(path):
+                mount("/dev/null", path, None, MS_BIND)
+        for path in READONLY:
+            if os.path.exists(path):
+                mount(path, path, None, MS_BIND | MS_REC)
+                mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+                      | MS_NOEXEC)
+        self.mount_cgroups()
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={request['tmp_mb']}m,mode=1777")
+        check(libc.umount2(b"/dev/shm", MNT_DETACH), "umount /dev/shm")
+        mount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NOEXEC | MS_NODEV, "mode=1777,size=16m")
+        check(libc.syscall(SYS_MOVE_MOUNT, tree, b"", AT_FDCWD, b"/sandbox",
+                           MOVE_MOUNT_F_EMPTY_PATH), "move_mount /sandbox")
+        os.close(tree)
+
+    def mount_cgroups(self) -> None:
+        """The cgroup files again, now showing this sandbox's own cgroup (its namespace's root)."""
+        if not self.cgroups:
+            return
+        check(libc.umount2(b"/sys/fs/cgroup", MNT_DETACH), "umount /sys/fs/cgroup")
+        top_point, top_type, _ = self.cgroups[0]
+        flags = MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC
+        if top_type == "tmpfs":  # cgroup v1: a tmpfs with one mount per hierarchy
+            mount("tmpfs", top_point, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755")
+            for point, kind, options in self.cgroups[1:]:
+                if kind.startswith("cgroup"):
+                    os.mkdir(point)
+                    mount("cgroup", point, kind, flags,
+                          ",".join(o for o in options.split(",") if o not in ("rw", "ro")))
+            mount(None, top_point, None, MS_REMOUNT | flags, "mode=755")
+        else:
+            mount("cgroup", top_point, top_type, flags)
+
+    def show_argv(self, argv: list[str]) -> None:
+        """/proc/self/cmdline as `python3 main.py`'s, not the template's: written over the
+        template's argv, its last byte not NUL, so the kernel shows what precedes the first
+        NUL ("python3 main.py", as ps shows a cold run's "python3\\0main.py")."""
+        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (48, 49)
+        shown = " ".join(["python3", *argv]).encode() + b"\0"
+        if len(shown) < end - start:
+            ctypes.memmove(start, shown + b" " * (end - start - len(shown)), end - start)
+
+    def drop_privileges(self, request: dict) -> None:
+        stack = request["stack_bytes"]
+        resource.setrlimit(resource.RLIMIT_STACK, (stack, stack))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (4096, 4096))
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("1000")
+        for cap in range(self.last_cap + 1):
+            check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop the bounding set")
+        os.setgroups([])
+        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
+        check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.seccomp), 0, 0),
+              "seccomp")
+
+    def program(self, request: dict, stdio) -> None:
+        libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process exec'd by this user is
+        # Fresh random streams: `random` reseeds itself at fork; numpy's global one does not.
+        numpy_random = sys.modules.get("numpy.random")
+        if numpy_random is not None:
+            numpy_random.seed()
+        sys.orig_argv = ["python3", *request["argv"]]
+        self.zygote.run_test(list(stdio), request["fsize"], request["argv"])
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as exc:  # gone already; anything else must not end the template
+        if exc.errno != errno.ESRCH:
+            print(f"template: cannot kill {pid}: {exc}", file=sys.stderr)
+
+
+def main() -> None:
+    preload = [m for m in (sys.argv[1] if len(sys.argv) > 1 else "").split(",") if m]
+    template = Template(preload)
+    template.setup()
+    template.serve()
+
+
+main()

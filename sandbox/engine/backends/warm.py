@@ -1,0 +1,397 @@
+"""Warm templates (OCI backend): per language image, an interpreter that has imported the heavy
+modules once, kept in a container of its own; each run it serves is a fork of it entering a
+sandbox made fresh for that run (images/python/python-template.py says what the child does).
+
+What the server does per warm run, in place of starting a container:
+
+- makes the run's cgroup itself (``cgroups.JobCgroup``: the limits crun would set);
+- hands the template the run's stdin, stdout and stderr pipes, a channel socket, and the
+  work directory as a detached mount (``open_tree``), the same tmpfs a cold run gets;
+- reads the child's PID from the channel's credentials (the kernel translates it into ours),
+  moves it into the cgroup, and lets it go on: it makes its namespaces and mounts, drops to
+  uid 65534 without capabilities, loads the seccomp filter and runs the program;
+- then supervises the run as a cold one (``oci.OciSandbox._supervise``): the child's PID 1
+  reports the status line sandbox-init would, on the channel.
+
+A template that fails is restarted in the background; meanwhile its image runs cold. A run
+the template could not start (no answer, a failed set-up) runs cold: nothing on the wire says
+which way it ran, the metric ``sandbox_runs_started_total{start=warm|cold}`` does; a template that fails three
+starts in a row is set aside (``sandbox_warm_templates_ready`` 0) and its image runs cold.
+"""
+
+from __future__ import annotations
+
+import array
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import re
+import socket
+import struct
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from ..cgroups import JobCgroup
+from ..models import Limits
+from ..output import CappedBuffer
+from ..spawn import pipe_reader, pipe_writer
+from .base import BackendError
+from .oci_status import read_status, wait_exit
+from .rootfs import INIT
+
+if TYPE_CHECKING:
+    from .oci import OciBackend
+
+log = logging.getLogger(__name__)
+
+
+# The template's own cgroup: its interpreter and the pages its children share with it. The
+# children's own memory is charged to their own cgroups.
+TEMPLATE_MEMORY_MB = 2048
+TEMPLATE_PIDS = 4096
+READY_TIMEOUT_S = 120.0   # importing the scientific stack on a busy 2-core host
+JOIN_TIMEOUT_S = 5.0      # from the fork request to the child's first word
+RESTART_DELAY_S = 5.0
+MAX_FAILURES_IN_A_ROW = 3
+STOP_WAIT_S = 5.0
+MAX_SCANNED_BYTES = 1 << 20  # of a program's source, for the modules it names
+SYS_OPEN_TREE, OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_FDCWD = 428, 1, 0o2000000, -100
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class WarmUnavailable(Exception):
+    """The template could not start this run: it runs cold instead (nothing has run yet)."""
+
+
+def open_tree_clone(path: Path) -> int:
+    """A detached copy of the mount at ``path``, as a descriptor another mount namespace can
+    attach (move_mount)."""
+    fd = _libc.syscall(SYS_OPEN_TREE, AT_FDCWD, str(path).encode(), OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree {path}: {os.strerror(err)}")
+    return fd
+
+
+async def _wait_readable(fd: int, timeout_s: float) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await asyncio.wait_for(ready, timeout_s)
+    finally:
+        loop.remove_reader(fd)
+
+
+async def _wait_writable(fd: int) -> None:
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+    loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+    try:
+        await ready
+    finally:
+        loop.remove_writer(fd)
+
+
+class WarmRun:
+    """One forked run: what ``_supervise`` needs of a process (stdin, stdout, stderr, wait)."""
+
+    def __init__(self, cgroup: JobCgroup, stdin, stdout, stderr) -> None:
+        self.cgroup = cgroup
+        self.pid = 0  # no runtime process of its own to watch
+        self.stdin, self.stdout, self.stderr = stdin, stdout, stderr
+        self.returncode: int | None = None
+
+    async def wait(self) -> int:
+        """Until every process of the run is gone."""
+        while self.cgroup.pids():
+            await asyncio.sleep(0.005)
+        self.returncode = 0
+        return 0
+
+    async def kill(self) -> None:
+        self.cgroup.kill()
+
+
+class Template:
+    """One image's template container, started once and restarted when it fails."""
+
+    def __init__(self, backend: "OciBackend", image: str, argv: Sequence[str],
+                 run_argv: Sequence[str], name: str = "plain", modules: Sequence[str] = ()) -> None:
+        self.backend = backend
+        self.image = image
+        self.name = name
+        self.modules = list(modules)
+        self.argv = list(argv)
+        self.run_argv = list(run_argv)
+        self.ready = False
+        self.preloaded: list[str] = []
+        self.problem = "starting"
+        self._control: socket.socket | None = None
+        self._proc = None
+        self._name = ""
+        self._send_lock = asyncio.Lock()
+        self._watcher: asyncio.Task | None = None
+        self.diagnostics = CappedBuffer(16 << 10)
+        self.forks = 0
+        self.failures = 0  # warm starts failed in a row
+
+    def failed(self, problem: str) -> None:
+        """A warm start failed (its run goes cold). Several in a row: this host cannot make a
+        child's sandbox this way; the template is set aside and its runs start cold."""
+        self.failures += 1
+        log.warning("a warm start from template %s of %s failed (%s): the run starts cold",
+                    self.name, self.image, problem)
+        if self.failures >= MAX_FAILURES_IN_A_ROW and self.ready:
+            self.ready = False
+            self.problem = f"{self.failures} warm starts failed in a row, the last: {problem}"
+            log.error("warm template %s of %s set aside, its runs start cold: %s", self.name,
+                      self.image, self.problem)
+
+    async def start(self) -> None:
+        """Start the container and wait for the template's "ready"; on failure ``problem`` says
+        why (the image runs cold)."""
+        from .oci import OciSandbox  # the container machinery of a step
+        backend = self.backend
+        bpf = backend.seccomp_annotations.get("run.oci.seccomp_bpf_data")
+        if bpf is None:
+            self.problem = "the seccomp filter cannot be compiled here (libseccomp)"
+            return
+        rootfs, env = backend.rootfs.known(self.image) or await asyncio.to_thread(
+            backend.rootfs.prepare, self.image)
+        limits = Limits(compile_timeout_s=0, run_timeout_s=0, memory_mb=TEMPLATE_MEMORY_MB,
+                        cpus=float(os.cpu_count() or 1), pids=TEMPLATE_PIDS, workdir_mb=1,
+                        output_bytes=1 << 20, fetch_bytes=0)
+        box = OciSandbox(backend, f"template-{uuid.uuid4().hex[:8]}", rootfs, env, limits)
+        box.bundle_dir.mkdir(parents=True)
+        box.workdir.mkdir()
+        self._box = box
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc, status, self._name, _ = await box._start(
+                [INIT, "--", *self.argv], workdir_writable=False, more_fds=(theirs.fileno(),),
+                template=True)
+        finally:
+            theirs.close()
+        self._status = status
+        status.setblocking(False)
+        self._control = ours
+        ours.setblocking(False)
+        drains = [asyncio.create_task(self._drain(self._proc.stdout)),
+                  asyncio.create_task(self._drain(self._proc.stderr))]
+        try:
+            ours.send(json.dumps({"seccomp": bpf}).encode())
+            await _wait_readable(ours.fileno(), READY_TIMEOUT_S)
+            answer = ours.recv(1 << 16).decode(errors="replace")
+        except (OSError, asyncio.TimeoutError) as exc:
+            answer = f"no answer ({exc!r})"
+        except BaseException:  # the server stops meanwhile: no container may be left
+            await self.stop()
+            for task in drains:
+                task.cancel()
+            raise
+        if not answer.startswith("ready"):
+            self.problem = (f"the template did not start: {answer}; it said: "
+                            f"{self.diagnostics.getvalue().decode(errors='replace')[-500:]}")
+            await self.stop()
+            for task in drains:
+                task.cancel()
+            return
+        self.preloaded = answer.split()[1:]
+        self.ready, self.problem = True, ""
+        self._drains = drains
+        self._watcher = asyncio.create_task(self._watch())
+        log.info("warm template %s for %s ready (%d modules preloaded)", self.name, self.image,
+                 len(self.preloaded))
+
+    async def _drain(self, stream) -> None:
+        while chunk := await stream.read(1 << 16):
+            self.diagnostics.write(chunk)
+
+    async def _watch(self) -> None:
+        """The template's end (init's status line): mark it gone and start a fresh one."""
+        line = await read_status(self._status)
+        if not self.ready:
+            return  # stopped by us
+        self.ready = False
+        self.problem = (f"the template ended ({line or 'no status'}): "
+                        f"{self.diagnostics.getvalue().decode(errors='replace')[-300:]}")
+        log.warning("warm template for %s: %s; restarting", self.image, self.problem)
+        await self.stop()
+        await asyncio.sleep(RESTART_DELAY_S)
+        await self.start()
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._proc is not None:
+            with contextlib.suppress(OSError):
+                self._status.close()
+            if self._proc.returncode is None:
+                await self.backend.kill(self._name)
+                try:  # the runtime removes the container's state as it exits
+                    await asyncio.wait_for(self._proc.wait(), STOP_WAIT_S)
+                except asyncio.TimeoutError:
+                    self._proc.kill()
+                    with contextlib.suppress(BackendError):
+                        await wait_exit(self._proc, self.backend.runtime)
+                    await self.backend.delete(self._name)
+            self._proc = None
+            await self._box.close()
+            from ..cgroups import remove_cgroup
+            await asyncio.to_thread(remove_cgroup, f"/{self.backend.cgroup_parent}/{self._name}")
+
+    async def _send(self, message: bytes, fds: Sequence[int]) -> None:
+        ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+        async with self._send_lock:
+            while True:
+                if self._control is None:
+                    raise WarmUnavailable("the template is gone")
+                try:
+                    self._control.sendmsg([message], ancillary)
+                    return
+                except BlockingIOError:
+                    await _wait_writable(self._control.fileno())
+                except OSError as exc:
+                    raise WarmUnavailable(f"the template is gone: {exc}") from exc
+
+    async def fork(self, cgroup: JobCgroup, workdir: Path, argv: Sequence[str], tmp_mb: int,
+                   stack_bytes: int, backstop_s: float) -> tuple[WarmRun, socket.socket]:
+        """Start a run: returns it and the channel its PID 1 reports on. WarmUnavailable when
+        the template cannot (nothing has run; the caller runs it cold)."""
+        if not self.ready:
+            raise WarmUnavailable(self.problem)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        ours.setblocking(False)
+        pipes = [os.pipe2(os.O_CLOEXEC) for _ in range(3)]
+        theirs_fds = [pipes[0][0], pipes[1][1], pipes[2][1], theirs.fileno()]
+        ours_fds = [pipes[0][1], pipes[1][0], pipes[2][0]]
+        try:
+            try:
+                theirs_fds.append(open_tree_clone(workdir))
+            except OSError as exc:
+                raise WarmUnavailable(str(exc)) from exc
+            request = {"argv": list(argv), "tmp_mb": tmp_mb, "stack_bytes": stack_bytes,
+                       "fsize": -1, "backstop_s": backstop_s}
+            await self._send(json.dumps(request).encode(), theirs_fds)
+        except BaseException:
+            for fd in ours_fds:
+                os.close(fd)
+            ours.close()
+            raise
+        finally:
+            for fd in theirs_fds:
+                os.close(fd)
+            theirs.detach()
+        self.forks += 1
+        try:
+            pid = await self._joining_pid(ours)
+            await asyncio.to_thread(cgroup.join, pid)
+            ours.send(b"1")
+        except (OSError, asyncio.TimeoutError, WarmUnavailable) as exc:
+            with contextlib.suppress(OSError):
+                ours.send(b"0")
+            ours.close()
+            for fd in ours_fds:
+                os.close(fd)
+            cgroup.kill()
+            raise WarmUnavailable(f"the template's child did not start: {exc!r}") from exc
+        run = WarmRun(cgroup, await pipe_writer(ours_fds[0]), await pipe_reader(ours_fds[1]),
+                      await pipe_reader(ours_fds[2]))
+        return run, ours
+
+    @staticmethod
+    async def _joining_pid(channel: socket.socket) -> int:
+        """The child's PID in our namespace, from the credentials of its first word."""
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
+        data, pid = b"", None
+        while not data.endswith(b"\n"):
+            await _wait_readable(channel.fileno(), max(0.0, deadline - time.monotonic()))
+            try:
+                chunk, ancillary, _, _ = channel.recvmsg(64, socket.CMSG_LEN(12))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                raise WarmUnavailable("the child ended before it started")
+            data += chunk
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    pid = struct.unpack("iii", payload[:12])[0]
+        if data != b"joining\n" or not pid:
+            raise WarmUnavailable(f"unexpected word from the child: {data[:80]!r}")
+        return pid
+
+
+class ImageTemplates:
+    """An image's templates, smallest module set first, and which one a program forks from."""
+
+    def __init__(self, templates: list[Template], run_argv: Sequence[str]) -> None:
+        self.templates = templates
+        self.run_argv = list(run_argv)
+        self.modules = [set(t.modules) for t in templates]
+        # A program names a module when its top-level package appears as a word: cheap, and
+        # wrong only towards a larger template than it needs.
+        tops = sorted({m.split(".")[0] for t in templates for m in t.modules})
+        self._named = re.compile(r"\b(" + "|".join(map(re.escape, tops)) + r")\b") if tops else None
+
+    def choose(self, source: bytes) -> Template | None:
+        named = set(self._named.findall(source.decode(errors="replace"))) if self._named else set()
+        for template, modules in zip(self.templates, self.modules):
+            tops = {m.split(".")[0] for m in modules}
+            if named <= tops:
+                return template if template.ready else None
+        return None
+
+
+class Templates:
+    """The backend's warm templates, by image."""
+
+    def __init__(self) -> None:
+        self.by_image: dict[str, ImageTemplates] = {}
+        self.runs = {"warm": 0, "cold": 0}
+
+    def usable(self, image: str, argv: Sequence[str], limits: Limits, workdir: Path
+               ) -> Template | None:
+        """The template this run forks from, or None: it starts cold."""
+        templates = self.by_image.get(image)
+        if templates is None or list(argv) != templates.run_argv or limits.gpu or limits.network:
+            return None
+        try:
+            with open(workdir / argv[-1], "rb") as source:
+                code = source.read(MAX_SCANNED_BYTES)
+        except OSError:
+            return None
+        return templates.choose(code)
+
+    async def start(self, backend: "OciBackend",
+                    wanted: dict[str, tuple[Sequence[str], Sequence[str], dict[str, Sequence[str]]]]
+                    ) -> None:
+        for image, (argv, run_argv, sets) in wanted.items():
+            templates = [Template(backend, image, [*argv, ",".join(modules)], run_argv, name, modules)
+                         for name, modules in (sets or {"plain": ()}).items()]
+            self.by_image[image] = ImageTemplates(templates, run_argv)
+            for template in templates:
+                try:
+                    await template.start()
+                except Exception as exc:  # noqa: BLE001 - the image runs cold; the log says why
+                    template.problem = f"{exc!r}"
+                if not template.ready:
+                    log.warning("no warm template %s for %s (its runs start cold): %s",
+                                template.name, image, template.problem)
+
+    def all(self) -> list[Template]:
+        return [t for image in self.by_image.values() for t in image.templates]
+
+    async def stop(self) -> None:
+        for template in self.all():
+            if template._watcher is not None:
+                template._watcher.cancel()
+            await template.stop()

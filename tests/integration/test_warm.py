@@ -1,0 +1,289 @@
+"""Warm templates (sandbox/engine/backends/warm.py, images/python/python-template.py): a
+/run_code Python run forked from a warm interpreter answers as a cold one does, in a sandbox
+made fresh for it, and cannot reach its template or another run.
+
+Two real servers on the OCI backend: one with warm templates (the default), one without.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+import requests
+
+from tests.conftest import _oci_problem, running_server
+from tests.integration.programs import PROGRAMS
+from tests.integration.sandboxfusion_cases import CASES
+
+pytestmark = pytest.mark.skipif(bool(_oci_problem()), reason="warm templates need the oci backend")
+
+READY_TIMEOUT_S = 300
+
+
+def _metric(url: str, name: str) -> dict[str, float]:
+    text = requests.get(f"{url}/metrics", timeout=30).text
+    found = {}
+    for line in text.splitlines():
+        if line.startswith(name):
+            labels, _, value = line.rpartition(" ")
+            found[labels[len(name):]] = float(value)
+    return found
+
+
+def _wait_for_templates(url: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        ready = _metric(url, "sandbox_warm_templates_ready")
+        if ready and all(v == 1 for v in ready.values()):
+            return
+        time.sleep(1)
+    raise AssertionError(f"warm templates not ready after {READY_TIMEOUT_S} s: {ready}")
+
+
+WARM_INSTANCE = f"pytest-warm-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def warm(docker_ready, tmp_path_factory) -> str:
+    with running_server(tmp_path_factory.mktemp("warm"), WARM_INSTANCE, backend="oci",
+                        max_concurrency=8, output_limit_bytes=4 << 20) as url:
+        _wait_for_templates(url)
+        yield url
+
+
+@pytest.fixture(scope="module")
+def cold(docker_ready, tmp_path_factory) -> str:
+    with running_server(tmp_path_factory.mktemp("cold"), backend="oci", max_concurrency=8,
+                        output_limit_bytes=4 << 20, warm_templates=False) as url:
+        yield url
+
+
+def _run(url: str, code: str, **body) -> dict:
+    payload = {"code": code, "language": "python", "run_timeout": 10, "memory_limit_MB": 1024,
+               **body}
+    response = requests.post(f"{url}/run_code", json=payload, timeout=120)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def _template_pids() -> list[str]:
+    return subprocess.run(["pgrep", "-f", "^python3 /usr/local/lib/sandbox/python-template.py"],
+                          capture_output=True, text=True).stdout.split()
+
+
+def _starts(url: str) -> dict[str, float]:
+    return {re.sub(r'.*start="(\w+)".*', r"\1", k): v
+            for k, v in _metric(url, "sandbox_runs_started_total").items()}
+
+
+def _comparable(result: dict) -> dict:
+    """What must not depend on how the run started."""
+    run = result["run_result"] or {}
+    return {"status": result["status"], "run_status": run.get("status"),
+            "return_code": run.get("return_code"), "stdout": run.get("stdout"),
+            "stderr": run.get("stderr"), "stdout_truncated": run.get("stdout_truncated"),
+            "files": result["files"], "oom_killed": result.get("oom_killed")}
+
+
+# What a cold `python3 main.py` shows of itself, and where warm and cold could differ.
+SEMANTICS = {
+    "identity": "import os, sys\nprint(__name__, __file__, sys.argv, sys.path[0], os.getcwd())\n"
+                "print(os.getpid(), os.getuid(), os.getgid(), os.getgroups())",
+    "traceback": "def f():\n    raise ValueError('boom')\nprint('before')\nf()",
+    "syntax_error": "print('x'\n",
+    "exit_code": "import sys\nprint('bye')\nsys.exit(3)",
+    "exit_message": "import sys\nsys.exit('a message')",
+    "os_exit": "import os\nprint('kept?', flush=True)\nos._exit(5)",
+    "keyboard_interrupt": "raise KeyboardInterrupt",
+    "self_signal": "import os, signal\nprint('x', flush=True)\nos.kill(os.getpid(), signal.SIGTERM)",
+    "sigkill_self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint('alive')",
+    "segfault": "import ctypes\nctypes.string_at(0)",
+    "stdin_all": "import sys\nprint(sys.stdin.read()[::-1])",
+    "input_eof": "input()",
+    "unflushed": "import sys\nsys.stdout.write('no newline')",
+    "stderr": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')",
+    "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
+    "thread": "import threading, time\n"
+              "t = threading.Thread(target=lambda: (time.sleep(0.2), print('thread done')))\n"
+              "t.start()\nprint('main done')",
+    "subprocess": "import subprocess\nprint(subprocess.run(['echo', 'child'], capture_output=True,"
+                  " text=True).stdout, end='')",
+    "deep_recursion": "import sys\nsys.setrecursionlimit(200000)\n"
+                      "def d(n):\n    return 0 if n == 0 else 1 + d(n - 1)\nprint(d(100000))",
+    "warnings": "import warnings\nwarnings.warn('careful')\nprint('after')",
+    "unicode": "print('héllo ✓ 你好')",
+    "seeded_numpy": "import numpy as np\nnp.random.seed(0)\nprint(np.random.rand(3))",
+    "numpy_blas": "import numpy as np\na = np.ones((200, 200))\nprint((a @ a).sum())",
+    "sympy": "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve(x**2 - 5*x + 6, x))",
+    "pandas": "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]}).describe())",
+    "monkeypatch": "import math\nmath.pi = 3\nprint(math.pi)",
+    "limits": "import resource\nprint(resource.getrlimit(resource.RLIMIT_STACK),"
+              " resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))",
+    "status": "print([l for l in open('/proc/self/status').read().splitlines()"
+              " if l.split(':')[0] in ('Uid', 'Gid', 'Groups', 'CapInh', 'CapPrm', 'CapEff',"
+              " 'CapBnd', 'CapAmb', 'NoNewPrivs', 'Seccomp')])",
+    "namespaces": "import os, socket\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+                  "print(socket.gethostname(), socket.if_nameindex())\n"
+                  "print(open('/proc/self/cgroup').read().count('/\\n') > 0)",
+    "mounts": "import os\nprint(os.listdir('/tmp'), os.listdir('/dev/shm'), os.access('/', os.W_OK))",
+    "cgroup_limits": "print(open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read()"
+                     " if __import__('os').path.exists('/sys/fs/cgroup/memory')"
+                     " else open('/sys/fs/cgroup/memory.max').read())",
+    "flags": "import sys\nprint(sys.flags.dont_write_bytecode, sys.flags.hash_randomization,"
+             " sys.stdout.line_buffering, sys.stdin.encoding, sys.stdout.errors)",
+}
+
+SUITE_PROGRAMS = {f"programs-{name}": code for name, code in PROGRAMS["python"].items() if code}
+SF_CASES = {f"sandboxfusion-{case.id}": case for case in CASES if case.language == "python"}
+SUITE_PROGRAMS.update({name: case.code for name, case in SF_CASES.items()})
+
+
+def _body_for(name: str) -> dict:
+    if name in SF_CASES:
+        case = SF_CASES[name]
+        body = {"stdin": case.stdin, "files": case.files, "fetch_files": case.fetch_files}
+        if case.run_timeout is not None:
+            body["run_timeout"] = case.run_timeout
+        return body
+    if name == "stdin_all" or name.endswith("sum_stdin"):
+        return {"stdin": "3 4\n"}
+    if name.endswith("files"):
+        import base64
+        return {"files": {"data/in.txt": base64.b64encode(b"some text").decode()},
+                "fetch_files": ["out.txt"]}
+    if name.endswith("timeout"):
+        return {"run_timeout": 1}
+    if name.endswith("memory"):
+        return {"memory_limit_MB": 256}
+    return {}
+
+
+@pytest.mark.parametrize("name", sorted({**SEMANTICS, **SUITE_PROGRAMS}))
+def test_warm_and_cold_answer_the_same(warm, cold, name):
+    code = {**SEMANTICS, **SUITE_PROGRAMS}[name]
+    before = _starts(warm).get("warm", 0)
+    warm_result = _run(warm, code, **_body_for(name))
+    assert _starts(warm).get("warm", 0) == before + 1, "the run did not start warm"
+    cold_result = _run(cold, code, **_body_for(name))
+    assert _comparable(warm_result) == _comparable(cold_result)
+
+
+def test_a_cold_server_starts_every_run_cold(cold):
+    _run(cold, "print(1)")
+    assert _starts(cold).get("warm", 0) == 0 and _starts(cold)["cold"] >= 1
+
+
+def test_random_streams_differ_between_runs(warm):
+    code = "import random, numpy\nprint(random.random(), numpy.random.rand(), numpy.random.default_rng().random())"
+    outputs = [_run(warm, code)["run_result"]["stdout"] for _ in range(3)]
+    values = [line.split() for line in outputs]
+    for column in range(3):
+        assert len({v[column] for v in values}) == 3, outputs
+
+
+def test_memory_counts_what_the_run_uses_not_the_template(warm):
+    small = _run(warm, "import numpy\nprint(1)")
+    assert small["memory_peak_MB"] < 40, small  # the template's ~100 MB are not the run's
+    big = _run(warm, "import numpy\na = numpy.ones(40 << 17)\nprint(a.sum())")  # 40 MiB
+    assert big["memory_peak_MB"] >= 40, big
+
+
+def test_the_memory_cap_and_oom_verdict_hold(warm, cold):
+    code = "import numpy\nblocks = [numpy.ones(1 << 20) for _ in range(64)]\nprint('survived')"
+    for url in (warm, cold):
+        result = _run(url, code, memory_limit_MB=200)
+        assert result["oom_killed"] is True, result
+        assert result["run_result"]["stdout"] == "" and result["run_result"]["return_code"] == -9
+
+
+def test_two_runs_at_once_cannot_see_each_other(warm):
+    planter = ("import os, time, subprocess\nopen('/tmp/mine', 'w').write('x')\n"
+               "open('/sandbox/mine', 'w').write('x')\nopen('/dev/shm/mine', 'w').write('x')\n"
+               "p = subprocess.Popen(['sleep', '30'])\nprint('planted', flush=True)\ntime.sleep(4)")
+    looker = ("import os, time\ntime.sleep(1)\n"
+              "print(os.listdir('/tmp'), os.listdir('/sandbox'), os.listdir('/dev/shm'))\n"
+              "print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\n"
+              "print([open(f'/proc/{p}/cmdline').read() for p in os.listdir('/proc') if p.isdigit()])")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        planted = pool.submit(_run, warm, planter)
+        looked = pool.submit(_run, warm, looker)
+        out = looked.result()["run_result"]["stdout"].splitlines()
+        assert planted.result()["run_result"]["stdout"] == "planted\n"
+    assert out[0] == "[] ['main.py'] []", out
+    # Its own PID namespace: its PID 1 (sandbox-init) and itself, nothing of the other run's.
+    assert out[1] == "[1, 2]", out
+    assert "sleep" not in out[2] and "python-template" not in out[2], out
+
+
+def test_a_run_cannot_reach_its_template(warm):
+    code = (
+        "import os, signal, ctypes\n"
+        "print(os.getppid())\n"  # the parent (the template) is outside the namespace
+        "hits = []\n"
+        "for pid in range(1, 4096):\n"
+        "    if pid == os.getpid():\n"
+        "        continue\n"
+        "    try:\n"
+        "        os.kill(pid, 0)\n"
+        "        hits.append(pid)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "print(hits)\n"  # only its own PID 1
+        "for path in ('/proc/1/environ', '/proc/1/root/etc', '/proc/1/mem', '/proc/1/maps'):\n"
+        "    try:\n"
+        "        open(path, 'rb').read(1) if not path.endswith('etc') else os.listdir(path)\n"
+        "        print('read', path)\n"
+        "    except OSError as e:\n"
+        "        print('refused', e.errno)\n"
+        "try:\n"
+        "    os.kill(1, signal.SIGKILL)\n"
+        "    print('sent')\n"
+        "except OSError as e:\n"
+        "    print('kill refused', e.errno)\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.ptrace(16, 1, 0, 0), ctypes.get_errno())\n")  # PTRACE_ATTACH
+    result = _run(warm, code)
+    out = result["run_result"]["stdout"].splitlines()
+    assert out[0] == "0", out
+    assert out[1] == "[1]", out
+    assert out[2:6] == ["refused 13"] * 4, out
+    # SIGKILL to its own PID 1 from inside the namespace is dropped (init has no handler);
+    # either way the run goes on and its sandbox stays.
+    assert out[6] in ("sent", "kill refused 1"), out
+    assert out[7] == "-1 1", out  # seccomp refuses ptrace: EPERM
+    assert result["run_result"]["return_code"] == 0
+    # The template serves on.
+    assert _run(warm, "print('next')")["run_result"]["stdout"] == "next\n"
+
+
+def test_a_run_that_corrupts_its_memory_leaves_the_template_intact(warm):
+    code = ("import ctypes, sys\n"
+            "for name in list(sys.modules):\n"
+            "    sys.modules[name] = None\n"
+            "ctypes.memset(id(len), 0, 64)\n"  # scribble over a shared builtin
+            "len('x')")
+    result = _run(warm, code)
+    assert result["run_result"]["return_code"] != 0
+    assert _run(warm, "print(len('abc'))")["run_result"]["stdout"] == "3\n"
+
+
+def test_a_template_that_dies_is_replaced_and_runs_go_on_cold_meanwhile(warm):
+    # A run cannot kill its template (above); the server can, and must cope.
+    pids = [pid for pid in _template_pids()
+            if f"llm-sandbox-{WARM_INSTANCE}/" in open(f"/proc/{pid}/cgroup").read()]
+    assert pids
+    for pid in pids:
+        os.kill(int(pid), signal.SIGKILL)
+    for _ in range(3):
+        assert _run(warm, "print('still served')")["run_result"]["stdout"] == "still served\n"
+    _wait_for_templates(warm)
+    before = _starts(warm).get("warm", 0)
+    assert _run(warm, "print('warm again')")["run_result"]["stdout"] == "warm again\n"
+    assert _starts(warm)["warm"] == before + 1

@@ -1,0 +1,58 @@
+"""Which warm template a program forks from, and what a template's container is allowed."""
+
+from pathlib import Path
+
+from sandbox.engine.backends.bundle import TEMPLATE_CAPABILITIES, bundle_config, template_config
+from sandbox.engine.backends.warm import ImageTemplates, Template
+from sandbox.engine.models import Limits
+from sandbox.runtimes import RuntimeRegistry
+
+RUNTIMES = Path(__file__).resolve().parents[2] / "runtimes"
+
+
+def _templates() -> ImageTemplates:
+    spec = RuntimeRegistry.load(RUNTIMES).get("python")
+    templates = [Template(None, spec.image, [*spec.template, ",".join(m)], spec.run, name, m)
+                 for name, m in spec.template_sets.items()]
+    for template in templates:
+        template.ready = True
+    return ImageTemplates(templates, spec.run)
+
+
+def test_a_program_forks_from_the_smallest_set_holding_what_it_names():
+    templates = _templates()
+    chosen = lambda code: templates.choose(code.encode()).name  # noqa: E731
+    assert chosen("print('hello')") == "standard"
+    assert chosen("import math, re\nfrom collections import deque") == "standard"
+    assert chosen("import numpy as np") == "numpy"
+    assert chosen("from sympy import symbols") == "sympy"
+    assert chosen("import pandas as pd") == "pandas"
+    assert chosen("import numpy\nimport sympy") == "scientific"
+    assert chosen("import scipy.optimize") == "scientific"
+    # A word match: a comment naming numpy gets the larger template, never a wrong answer.
+    assert chosen("# no numpy here\nprint(1)") == "numpy"
+
+
+def test_a_set_that_is_not_ready_sends_its_programs_cold():
+    templates = _templates()
+    templates.templates[1].ready = False  # numpy
+    assert templates.choose(b"import numpy") is None
+    assert templates.choose(b"print(1)").name == "standard"
+
+
+def test_a_template_container_is_root_with_only_what_making_sandboxes_takes():
+    limits = Limits(compile_timeout_s=1, run_timeout_s=1, memory_mb=512, cpus=1, pids=64,
+                    workdir_mb=8, output_bytes=1024, fetch_bytes=1024)
+    config = template_config(bundle_config(
+        ["x"], rootfs=Path("/r"), env=[], limits=limits, workdir=Path("/w"), cgroups_path="/c",
+        swap_accounting=True, seccomp_annotations={"run.oci.seccomp_bpf_data": "AA=="}))
+    process = config["process"]
+    assert process["user"] == {"uid": 0, "gid": 0}
+    assert set(process["capabilities"]) == {"bounding", "effective", "permitted"}
+    assert all(caps == TEMPLATE_CAPABILITIES for caps in process["capabilities"].values())
+    assert set(TEMPLATE_CAPABILITIES) == {"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID",
+                                          "CAP_SETPCAP", "CAP_KILL"}
+    assert process["noNewPrivileges"] is True
+    assert config["root"]["readonly"] is True
+    assert {"type": "network"} in config["linux"]["namespaces"]
+    assert "seccomp" not in config["linux"] and config["annotations"] == {}
