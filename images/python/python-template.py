@@ -3,8 +3,8 @@ the heavy modules once, forked for each /run_code, the child entering a sandbox 
 for it before it runs a line of the program.
 
 The template runs as root in a container of its own, with the capabilities it needs to make
-namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; KILL to end a run's PID 1, which
-runs as the sandbox's user) and no network. It never runs a
+namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; NET_ADMIN to bring a run's loopback
+up; KILL to end a run's PID 1, which runs as the sandbox's user) and no network. It never runs a
 program: each child drops everything before it does. fd 4 is the server's control socket
 (SOCK_SEQPACKET). The server first sends a JSON setup message ({"seccomp": base64 BPF}); we
 answer "ready <modules>". Per run it sends a JSON message with five descriptors:
@@ -18,7 +18,8 @@ process in between would cost another). The child:
 
   1. says "joining" on the channel: the server reads its PID from the socket's credentials,
      moves it into the run's cgroup (memory, CPU and pids limits) and answers one byte;
-  2. unshares mount, network, IPC, UTS and cgroup namespaces; mounts a fresh /proc (masked as
+  2. unshares mount, network (its loopback up, as crun leaves it), IPC, UTS and cgroup
+     namespaces; mounts a fresh /proc (masked as
      crun masks it), its own cgroup files, a fresh /tmp and /dev/shm, the work directory at
      /sandbox; sets the limits; drops to uid 65534 with no capabilities (bounding set empty),
      no_new_privs and the seccomp filter;
@@ -34,6 +35,7 @@ backstop deadline, and so does the template's own end (its container's).
 import base64
 import ctypes
 import errno
+import fcntl
 import gc
 import importlib.util
 import json
@@ -42,10 +44,12 @@ import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 
 ZYGOTE = "/usr/local/lib/sandbox/python-zygote.py"
+INIT = "/usr/local/bin/sandbox-init"
 SANDBOX_UID = 65534
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -54,6 +58,7 @@ CLONE_NEWIPC, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x20000000, 0x40000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
+SIOCSIFFLAGS, IFF_UP = 0x8914, 0x1
 SYS_MOVE_MOUNT, MOVE_MOUNT_F_EMPTY_PATH, AT_FDCWD = 429, 0x4, -100
 PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 4, 24, 38, 22
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 47, 4, 2
@@ -192,7 +197,7 @@ class Template:
         channel = socket.socket(fileno=fds[3])
         check(libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
         try:
-            init = os.posix_spawn("/usr/local/bin/sandbox-init", ["sandbox-init", "--reap-only"],
+            init = os.posix_spawn(INIT, [INIT, "--reap-only"],
                                   {}, setsigdef=DEFAULT_SIGNALS)
             try:
                 pid = os.fork()
@@ -249,6 +254,7 @@ class Template:
                 os._exit(122)  # the server could not make the cgroup: it runs the request cold
             check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
                                | CLONE_NEWCGROUP), "unshare")
+            loopback_up()  # as the runtime leaves a cold sandbox's: the only interface
             self.make_root(request, tree)
             self.show_argv(request["argv"])
             self.drop_privileges(request)
@@ -341,6 +347,11 @@ class Template:
             numpy_random.seed()
         sys.orig_argv = ["python3", *request["argv"]]
         self.zygote.run_test(list(stdio), request["fsize"], request["argv"])
+
+
+def loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", IFF_UP))
 
 
 def kill(pid: int) -> None:

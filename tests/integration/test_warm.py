@@ -132,6 +132,10 @@ SEMANTICS = {
     "namespaces": "import os, socket\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
                   "print(socket.gethostname(), socket.if_nameindex())\n"
                   "print(open('/proc/self/cgroup').read().count('/\\n') > 0)",
+    "loopback": "import socket, threading\nserver = socket.create_server(('127.0.0.1', 0))\n"
+                "threading.Thread(target=lambda: server.accept()[0].sendall(b'pong'),"
+                " daemon=True).start()\nprint(socket.gethostbyname('localhost'),"
+                " socket.create_connection(('localhost', server.getsockname()[1])).recv(4))",
     "mounts": "import os\nprint(os.listdir('/tmp'), os.listdir('/dev/shm'), os.access('/', os.W_OK))",
     "cgroup_limits": "print(open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read()"
                      " if __import__('os').path.exists('/sys/fs/cgroup/memory')"

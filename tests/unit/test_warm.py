@@ -51,7 +51,7 @@ def test_a_template_container_is_root_with_only_what_making_sandboxes_takes():
     assert set(process["capabilities"]) == {"bounding", "effective", "permitted"}
     assert all(caps == TEMPLATE_CAPABILITIES for caps in process["capabilities"].values())
     assert set(TEMPLATE_CAPABILITIES) == {"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID",
-                                          "CAP_SETPCAP", "CAP_KILL"}
+                                          "CAP_SETPCAP", "CAP_KILL", "CAP_NET_ADMIN"}
     assert process["noNewPrivileges"] is True
     assert config["root"]["readonly"] is True
     assert {"type": "network"} in config["linux"]["namespaces"]

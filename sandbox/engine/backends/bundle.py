@@ -110,9 +110,10 @@ def with_gpus(config: dict, gpu: GpuAccess) -> None:
 
 
 # What a warm template (backends/warm.py) needs to make each child's sandbox: namespaces and
-# mounts, then dropping to the sandbox's user and an empty bounding set; ending a run's PID 1
-# (which runs as that user).
-TEMPLATE_CAPABILITIES = ["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"]
+# mounts, bringing its loopback up, then dropping to the sandbox's user and an empty bounding
+# set; ending a run's PID 1 (which runs as that user).
+TEMPLATE_CAPABILITIES = ["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL",
+                         "CAP_NET_ADMIN"]
 # The largest stack a sandbox gets (models.stack_limit_bytes): the address-space layout a
 # child inherits was laid out for the template's limit at its exec.
 TEMPLATE_STACK_BYTES = 256 << 20
