@@ -93,6 +93,10 @@ class RuntimeSpec(BaseModel):
         description="The warm templates of `template`, smallest first: name -> the modules "
                     "each imports once. A run forks from the first set holding every module of "
                     "the sets that its program names.")
+    template_warmup: dict[str, str] = Field(
+        default_factory=dict,
+        description="Code a template of `template_sets` runs once after its imports (name -> "
+                    "code): the first calls its runs would each make (lazy imports, caches).")
     session: tuple[str, ...] | None = Field(
         None, description="argv of the interpreter a session keeps alive between calls "
                           "(gets the control folder as its last argument; sandbox/sessions/); "
@@ -106,6 +110,13 @@ class RuntimeSpec(BaseModel):
                        if not getattr(self, name)]
             if missing:
                 raise ValueError(f"{', '.join(missing)} required (or `unavailable` = why not)")
+        return self
+
+    @model_validator(mode="after")
+    def _warmups_name_template_sets(self) -> "RuntimeSpec":
+        unknown = set(self.template_warmup) - set(self.template_sets)
+        if unknown:
+            raise ValueError(f"template_warmup names no template set: {', '.join(sorted(unknown))}")
         return self
 
     @model_validator(mode="after")

@@ -6,8 +6,9 @@ The template runs as root in a container of its own, with the capabilities it ne
 namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; NET_ADMIN to bring a run's loopback
 up; KILL to end a run's PID 1, which runs as the sandbox's user) and no network. It never runs a
 program: each child drops everything before it does. fd 4 is the server's control socket
-(SOCK_SEQPACKET). The server first sends a JSON setup message ({"seccomp": base64 BPF}); we
-answer "ready <modules>". Per run it sends a JSON message with five descriptors:
+(SOCK_SEQPACKET). The server first sends a JSON set-up message ({"seccomp": base64 BPF,
+"modules": [...], "warmup": code}); we import the modules, run the warm-up once and answer
+"ready <modules imported>". Per run it sends a JSON message with five descriptors:
 
     the program's stdin, stdout, stderr; a socket to the server (the run's channel); and
     the run's work directory as a detached mount (open_tree)
@@ -119,14 +120,8 @@ class Run:
 
 
 class Template:
-    def __init__(self, preload: list[str]) -> None:
-        self.loaded = []
-        for name in preload:
-            try:
-                __import__(name)
-                self.loaded.append(name)
-            except Exception as exc:  # noqa: BLE001 - a package missing from this image
-                print(f"template: cannot preload {name}: {exc}", file=sys.stderr)
+    def __init__(self) -> None:
+        self.loaded: list[str] = []
         self.zygote = load_zygote()
         self.cgroups = cgroup_mounts()
         self.last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
@@ -143,11 +138,25 @@ class Template:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     def setup(self) -> None:
+        """The server's set-up message: the seccomp filter, the modules to import and code to
+        run once (what the runs of this template would otherwise each do: a first call that
+        imports submodules and fills caches)."""
         message = json.loads(self.control.recv(1 << 20))
         bpf = base64.b64decode(message["seccomp"])
         count = len(bpf) // 8
         self._filter = (SockFilter * count).from_buffer_copy(bpf)
         self.seccomp = SockFprog(count, self._filter)
+        for name in message.get("modules", []):
+            try:
+                __import__(name)
+                self.loaded.append(name)
+            except Exception as exc:  # noqa: BLE001 - a package missing from this image
+                print(f"template: cannot import {name}: {exc!r}", file=sys.stderr)
+        if message.get("warmup"):
+            try:
+                exec(compile(message["warmup"], "<template warm-up>", "exec"), {"__name__": "__warmup__"})
+            except Exception as exc:  # noqa: BLE001 - only slower runs follow
+                print(f"template: warm-up failed: {exc!r}", file=sys.stderr)
         # What the template holds (the preloaded modules' objects) stays shared with every
         # child: the collector no longer walks it, so a child's collection does not copy it.
         gc.collect()
@@ -363,8 +372,7 @@ def kill(pid: int) -> None:
 
 
 def main() -> None:
-    preload = [m for m in (sys.argv[1] if len(sys.argv) > 1 else "").split(",") if m]
-    template = Template(preload)
+    template = Template()
     template.setup()
     template.serve()
 

@@ -127,6 +127,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             if warm:
                 warming = asyncio.create_task(_warm_up(engine.backend, registry, gpu_images,
                                                        settings.warm_templates))
+                warming.add_done_callback(_log_failure)
         except BackendError as exc:
             log.error("container backend not ready: %s", exc)
         log.info("serving %s with the %s backend, %d sandboxes open and %d computing at once "
@@ -141,13 +142,16 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         await engine.backend.close()
         instance_lock.release()
 
+    def _log_failure(task: asyncio.Task) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("warming up failed: %r", task.exception())
+
     async def _warm_up(backend, registry, gpu_images, templates: bool) -> None:
         """Every image's root unpacked, then the warm templates started (oci backend)."""
         await backend.warm(registry.images + gpu_images)
         if templates:
-            await backend.start_templates({
-                spec.image: (spec.template, spec.run, spec.template_sets)
-                for spec in registry.runnable if spec.template and not spec.gpu})
+            await backend.start_templates([spec for spec in registry.runnable
+                                           if spec.template and not spec.gpu])
 
     app = FastAPI(
         title="LLM code sandbox",

@@ -321,62 +321,77 @@ def schedstat_waited_ns(tid: int) -> int:
 # The v1 hierarchies a sandbox made by the server itself gets a cgroup in (``JobCgroup``);
 # in the others (devices, freezer, cpuset) it stays where its template's runtime put it.
 V1_OWN = ("memory", "pids", "cpu", "cpuacct", "cpu,cpuacct")
+_job_layout: list[Path] | None = None  # the hierarchies' tops (v2: the one), found once
+
+
+def _job_hierarchies() -> list[Path]:
+    global _job_layout
+    if _job_layout is None:
+        if (CGROUP_ROOT / "memory").is_dir():
+            tops: dict[Path, Path] = {}
+            for hierarchy in V1_OWN:
+                top = CGROUP_ROOT / hierarchy
+                if top.is_dir():
+                    tops.setdefault(top.resolve(), top)
+            _job_layout = list(tops.values())
+        else:
+            _job_layout = [CGROUP_ROOT]
+    return _job_layout
 
 
 class JobCgroup:
     """A sandbox's cgroup made by the server, not by an OCI runtime: a warm template's child
     (``backends/warm.py``) joins it before it runs anything. The same limits crun sets from a
-    bundle: memory (and memory + swap = memory), CPU quota, pids. v1 or v2, as the host has."""
+    bundle: memory (and memory + swap = memory), CPU quota, pids. v1 or v2, as the host has.
+    Per run: cheap (~1 ms for mkdir, limits and rmdir in four v1 hierarchies)."""
 
     def __init__(self, cgroups_path: str) -> None:
         self.path = cgroups_path
-        self._rel = cgroups_path.lstrip("/")
-        if (CGROUP_ROOT / "memory").is_dir():
-            seen: set[Path] = set()
-            self.folders = []
-            for hierarchy in V1_OWN:
-                top = CGROUP_ROOT / hierarchy
-                if top.is_dir() and top.resolve() not in seen:
-                    seen.add(top.resolve())
-                    self.folders.append(top / self._rel)
-            self.v2 = False
-        else:
-            self.folders = [CGROUP_ROOT / self._rel]
-            self.v2 = True
+        rel = cgroups_path.lstrip("/")
+        tops = _job_hierarchies()
+        self.v2 = tops == [CGROUP_ROOT]
+        self.folders = [top / rel for top in tops]
 
     def create(self, memory_bytes: int, swap_accounting: bool, cpus: float, pids: int) -> None:
         """Make the cgroup with its limits (OSError: this host's cgroups cannot be written)."""
-        for folder in self.folders:
-            if self.v2:
-                parent = folder.parent
-                parent.mkdir(exist_ok=True)
+        if self.v2:
+            parent = self.folders[0].parent
+            if not parent.is_dir():
+                parent.mkdir()
                 with contextlib.suppress(OSError):  # enabled already, or not ours to enable
                     _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
                 with contextlib.suppress(OSError):
                     _write(parent / "cgroup.subtree_control", b"+cpu +memory +pids")
-            folder.mkdir(parents=True)
-        quota = int(cpus * 100_000)
+        made = []
         try:
+            for folder in self.folders:
+                folder.mkdir(parents=not self.v2)
+                made.append(folder)
+            quota = f"{int(cpus * 100_000)}".encode()
+            memory = str(memory_bytes).encode()
             if self.v2:
                 folder = self.folders[0]
-                _write(folder / "memory.max", str(memory_bytes).encode())
+                _write(folder / "memory.max", memory)
                 if swap_accounting:
                     _write(folder / "memory.swap.max", b"0")
                 _write(folder / "pids.max", str(pids).encode())
-                _write(folder / "cpu.max", f"{quota} 100000".encode())
+                _write(folder / "cpu.max", quota + b" 100000")
                 return
-            for folder in self.folders:
-                if (folder / "memory.limit_in_bytes").exists():
-                    _write(folder / "memory.limit_in_bytes", str(memory_bytes).encode())
-                    if swap_accounting and (folder / "memory.memsw.limit_in_bytes").exists():
-                        _write(folder / "memory.memsw.limit_in_bytes", str(memory_bytes).encode())
-                if (folder / "pids.max").exists():
+            for top, folder in zip(_job_hierarchies(), self.folders):
+                controllers = top.name.split(",")
+                if "memory" in controllers:
+                    _write(folder / "memory.limit_in_bytes", memory)
+                    if swap_accounting:
+                        with contextlib.suppress(FileNotFoundError):  # no swap accounting here
+                            _write(folder / "memory.memsw.limit_in_bytes", memory)
+                if "pids" in controllers:
                     _write(folder / "pids.max", str(pids).encode())
-                if (folder / "cpu.cfs_quota_us").exists():
-                    _write(folder / "cpu.cfs_period_us", b"100000")
-                    _write(folder / "cpu.cfs_quota_us", str(quota).encode())
+                if "cpu" in controllers:
+                    _write(folder / "cpu.cfs_quota_us", quota)
         except OSError:
-            self.remove(0)
+            for folder in reversed(made):
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
             raise
 
     def join(self, pid: int) -> None:
@@ -388,8 +403,8 @@ class JobCgroup:
         return [int(p) for p in (_read_all(self.folders[0] / "cgroup.procs") or b"").split()]
 
     def kill(self) -> None:
-        """SIGKILL every process in the cgroup (the sandbox's PID 1 first takes the rest)."""
-        if self.v2 and (self.folders[0] / "cgroup.kill").exists():
+        """SIGKILL every process in the cgroup."""
+        if self.v2:
             with contextlib.suppress(OSError):
                 _write(self.folders[0] / "cgroup.kill", b"1")
                 return
@@ -398,4 +413,21 @@ class JobCgroup:
                 os.kill(pid, 9)
 
     def remove(self, wait_s: float = 2.0) -> bool:
-        return remove_cgroup(self.path, wait_s)
+        """rmdir the cgroup, waiting up to ``wait_s`` for its last processes to be gone."""
+        left = list(self.folders)
+        deadline = time.monotonic() + wait_s
+        while True:
+            busy = []
+            for folder in left:
+                try:
+                    folder.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        raise
+                    busy.append(folder)
+            if not busy or time.monotonic() > deadline:
+                return not busy
+            left = busy
+            time.sleep(0.01)

@@ -12,7 +12,7 @@ RUNTIMES = Path(__file__).resolve().parents[2] / "runtimes"
 
 def _templates() -> ImageTemplates:
     spec = RuntimeRegistry.load(RUNTIMES).get("python")
-    templates = [Template(None, spec.image, [*spec.template, ",".join(m)], spec.run, name, m)
+    templates = [Template(None, spec.image, spec.template, spec.run, name, m)
                  for name, m in spec.template_sets.items()]
     for template in templates:
         template.ready = True

@@ -51,7 +51,7 @@ from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_acco
                    _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
-from .warm import Templates, WarmUnavailable
+from .warm import Templates, TemplateSpec, WarmUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -456,11 +456,11 @@ class OciBackend:
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         await proc.wait()
 
-    async def start_templates(self, wanted: dict[str, tuple[Sequence[str], Sequence[str],
-                                                          dict[str, Sequence[str]]]]) -> None:
-        """Start the warm templates: {image: (template argv, the run argv they serve, their
-        module sets)}."""
-        await self.templates.start(self, wanted)
+    async def start_templates(self, specs: Sequence) -> None:
+        """Start the warm templates the runtime specs declare (``template``), per image."""
+        await self.templates.start(self, {
+            spec.image: TemplateSpec(spec.template, spec.run, spec.template_sets,
+                                     spec.template_warmup) for spec in specs})
 
     async def delete(self, name: str) -> None:
         """Remove a container's state left by a runtime process that was killed."""

@@ -33,6 +33,7 @@ import socket
 import struct
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -122,11 +123,13 @@ class Template:
     """One image's template container, started once and restarted when it fails."""
 
     def __init__(self, backend: "OciBackend", image: str, argv: Sequence[str],
-                 run_argv: Sequence[str], name: str = "plain", modules: Sequence[str] = ()) -> None:
+                 run_argv: Sequence[str], name: str = "plain", modules: Sequence[str] = (),
+                 warmup: str = "") -> None:
         self.backend = backend
         self.image = image
         self.name = name
         self.modules = list(modules)
+        self.warmup = warmup
         self.argv = list(argv)
         self.run_argv = list(run_argv)
         self.ready = False
@@ -185,7 +188,8 @@ class Template:
         drains = [asyncio.create_task(self._drain(self._proc.stdout)),
                   asyncio.create_task(self._drain(self._proc.stderr))]
         try:
-            ours.send(json.dumps({"seccomp": bpf}).encode())
+            ours.send(json.dumps({"seccomp": bpf, "modules": self.modules,
+                                  "warmup": self.warmup}).encode())
             await _wait_readable(ours.fileno(), READY_TIMEOUT_S)
             answer = ours.recv(1 << 16).decode(errors="replace")
         except (OSError, asyncio.TimeoutError) as exc:
@@ -330,6 +334,17 @@ class Template:
         return pid
 
 
+@dataclass(frozen=True)
+class TemplateSpec:
+    """An image's templates, from its runtime spec: the template's argv, the run argv its
+    forks stand for, the module sets (name -> modules, smallest first), each set's warm-up."""
+
+    argv: Sequence[str]
+    run_argv: Sequence[str]
+    sets: dict[str, Sequence[str]]
+    warmups: dict[str, str]
+
+
 class ImageTemplates:
     """An image's templates, smallest module set first, and which one a program forks from."""
 
@@ -371,13 +386,12 @@ class Templates:
             return None
         return templates.choose(code)
 
-    async def start(self, backend: "OciBackend",
-                    wanted: dict[str, tuple[Sequence[str], Sequence[str], dict[str, Sequence[str]]]]
-                    ) -> None:
-        for image, (argv, run_argv, sets) in wanted.items():
-            templates = [Template(backend, image, [*argv, ",".join(modules)], run_argv, name, modules)
-                         for name, modules in (sets or {"plain": ()}).items()]
-            self.by_image[image] = ImageTemplates(templates, run_argv)
+    async def start(self, backend: "OciBackend", wanted: dict[str, "TemplateSpec"]) -> None:
+        for image, spec in wanted.items():
+            templates = [Template(backend, image, spec.argv, spec.run_argv, name, modules,
+                                  spec.warmups.get(name, ""))
+                         for name, modules in (spec.sets or {"plain": ()}).items()]
+            self.by_image[image] = ImageTemplates(templates, spec.run_argv)
             for template in templates:
                 try:
                     await template.start()
