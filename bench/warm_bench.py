@@ -8,7 +8,8 @@ Parts (--parts, comma-separated):
              processes: server, sandboxes, this client). /run_code without a memory cap
              (SandboxFusion's address-space limit at verl's 1024 MB cannot even import numpy).
   humaneval  HumanEval's 164 canonical solutions and 328 wrong variants (two per problem: a
-             constant off by one, a comparison flipped, else `return None`), each run once with
+             constant off by one, a comparison flipped, else `return None` / `return 0`; a
+             variant that runs over 2 s locally is replaced by one of the latter), each run once with
              the host's python3 for a reference verdict, then sent through the `sandbox-fusion`
              SDK (run_code) with 16 in flight: programs/s and how many verdicts (Success or not)
              equal the reference.
@@ -43,6 +44,7 @@ PROGRAMS = {
     "sympy": "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve(x**2 - 5*x + 6, x))",
     "pandas": "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]}).a.sum())",
 }
+QUICK_S = 2.0  # a HumanEval program that runs longer locally is not in the set
 EXPECTED = {"hello": "Hello\n", "numpy": "45\n", "sympy": "[2, 3]\n", "pandas": "6\n"}
 
 
@@ -73,16 +75,24 @@ def measure_program(url: str, name: str, sequential: int, n: int) -> dict:
             "cpu_ms": cpu / n * 1000, "right": right, "sent": sequential + n}
 
 
-def humaneval_programs() -> list[tuple[str, str]]:
-    """(kind, program) for 164 canonical solutions and two wrong variants of each."""
+FALLBACK_BODIES = ("    return None\n", "    return 0\n")
+
+
+def humaneval_programs(local: "rl_step.LocalRunner") -> list[tuple[str, str]]:
+    """(kind, program) for 164 canonical solutions and two wrong variants of each. A mutation
+    that makes a program run on (a loop bound off by one can) is replaced by a body that
+    returns at once: the step measures the sandbox, not a program's own loop (those are
+    bench/rl_step.py's)."""
     out = []
     for problem in rl_step.load_humaneval(None):
         canonical = problem["canonical_solution"]
         out.append(("canonical", rl_step.program(problem, canonical, "", "canonical")))
-        wrong = [body for _, body in rl_step.mutations(canonical)][:2]
-        while len(wrong) < 2:
-            wrong.append("    return None\n" if not wrong else "    return 0\n")
-        out += [("wrong", rl_step.program(problem, body, "", "wrong")) for body in wrong]
+        wrong = [rl_step.program(problem, body, "", "wrong")
+                 for _, body in rl_step.mutations(canonical)][:2]
+        quick = [code for code, run in zip(wrong, local.run_many(wrong)) if run.return_code is not None]
+        for body in FALLBACK_BODIES[:2 - len(quick)]:
+            quick.append(rl_step.program(problem, body, "", "wrong"))
+        out += [("wrong", code) for code in quick]
     return out
 
 
@@ -135,7 +145,8 @@ def plot(result: dict, png: Path) -> None:
     ax.set_ylabel("programs/s (8 in flight; HumanEval 16)")
     ax.set_yscale("log")
     ax.set_title(f"Python /run_code, {result['date']}, {result['cores']} cores")
-    ax.legend()
+    if targets:
+        ax.legend()
     fig.tight_layout()
     fig.savefig(png, dpi=110)
 
@@ -160,8 +171,9 @@ def main() -> int:
                 print(f"  {name:7} {target:6} p50 {row['p50_ms']:7.1f} ms  {row['rate']:6.1f}/s  "
                       f"CPU {row['cpu_ms']:6.1f} ms/req  right {row['right']}/{row['sent']}", flush=True)
     if "humaneval" in parts:
-        programs = humaneval_programs()
-        local = rl_step.LocalRunner(timeout=10).run_many([code for _, code in programs])
+        runner = rl_step.LocalRunner(timeout=QUICK_S)
+        programs = humaneval_programs(runner)
+        local = runner.run_many([code for _, code in programs])
         reference = [r.return_code == 0 for r in local]
         print(f"HumanEval: {len(programs)} programs, {sum(reference)} pass locally", flush=True)
         for target, url in targets.items():
