@@ -177,7 +177,6 @@ class OciSandbox:
                             output_limit: int) -> StepResult:
         """The run as a fork of the image's warm template (``warm.py``), in a cgroup of its own
         with this sandbox's limits, over this sandbox's work directory."""
-        started = time.monotonic()
         deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
         self._steps += 1
         cgroup = JobCgroup(f"/{self._backend.cgroup_parent}/{self.id}-{self._steps}")
@@ -196,6 +195,10 @@ class OciSandbox:
         except BaseException:
             await asyncio.to_thread(cgroup.remove)
             raise
+        # The run's time starts once its process is in its cgroup: the wait for the template's
+        # fork and for the cgroup move (other runs' forks, an RCU grace period) is the
+        # server's, and neither its CPU time nor a wait for a CPU the deadline could see.
+        started = time.monotonic()
         self._running_cpu = CgroupCpu(cgroup.path)
         try:
             return await self._supervise(run, channel, cgroup.path, stdin, started, deadline,
