@@ -136,7 +136,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                  settings.max_concurrency, engine.admission.cpu_slots, settings.cpu_share)
         yield
         if warming:
-            warming.cancel()
+            warming.cancel()  # a template starting now removes what it made before we go on
+            await asyncio.wait({warming})
         await app.state.services.sessions.close()
         await engine.admission.close()
         await engine.backend.close()

@@ -36,7 +36,7 @@ from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from .. import safe_files
 from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts,
-                       cgroup_memory_facts, schedstat_waited_ns)
+                       cgroup_memory_facts, remove_cgroup, schedstat_waited_ns)
 from ..deadline import RECHECK_S, FairDeadline
 from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
 from ..output import CappedBuffer
@@ -51,7 +51,7 @@ from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_acco
                    _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
 from .seccomp import SECCOMP_PROFILE, bpf_annotation
-from .warm import Templates, TemplateSpec, WarmUnavailable
+from .warm import Template, Templates, TemplateSpec, WarmUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -122,9 +122,9 @@ class OciSandbox:
         return template_config(config) if template else config
 
 
-    async def _start(self, args: Sequence[str], workdir_writable: bool = True,
-                     extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = (),
-                     template: bool = False):
+    async def start_container(self, args: Sequence[str], workdir_writable: bool = True,
+                              extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = (),
+                              template: bool = False):
         """Start the next step's container running ``args`` as PID 1, with fd 3 a socket to us
         (and ``more_fds`` as fds 4, ...). Returns (runtime process, our end of the socket,
         container name, cgroup path)."""
@@ -152,6 +152,11 @@ class OciSandbox:
             theirs.close()
         return proc, ours, name, cgroups_path
 
+    @property
+    def first_container_name(self) -> str:
+        """The name ``start_container`` gives this sandbox's first container."""
+        return f"{self.id}-1"
+
     def _forget_step(self, name: str) -> None:
         """A finished step's bundle folder: the runtime read its config.json at start. A
         session runs many steps in one sandbox, and the bundle tmpfs is small."""
@@ -173,8 +178,8 @@ class OciSandbox:
         templates.runs["cold"] += 1
         return await self._execute_cold(argv, stdin, timeout_s, output_limit)
 
-    async def _execute_warm(self, template, argv: Sequence[str], stdin: bytes, timeout_s: float,
-                            output_limit: int) -> StepResult:
+    async def _execute_warm(self, template: Template, argv: Sequence[str], stdin: bytes,
+                            timeout_s: float, output_limit: int) -> StepResult:
         """The run as a fork of the image's warm template (``warm.py``), in a cgroup of its own
         with this sandbox's limits, over this sandbox's work directory."""
         deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
@@ -214,7 +219,7 @@ class OciSandbox:
         started = time.monotonic()
         deadline = FairDeadline.for_run(timeout_s, self._limits.cpu_share)
         # init's own deadline is a backstop should this server die mid-step.
-        proc, ours, name, cgroups_path = await self._start(
+        proc, ours, name, cgroups_path = await self.start_container(
             [INIT, "--deadline-ms", str(int((deadline.backstop_s + BACKSTOP_GRACE_S) * 1000)),
              "--", *argv])
         self._running_cpu = CgroupCpu(cgroups_path)
@@ -236,7 +241,7 @@ class OciSandbox:
         """A container running ``sandbox-runner`` over what the earlier steps left in the work
         directory, mounted read-only now: every test sees the same files. Its own cgroup, so
         memory is measured per test."""
-        proc, ours, name, cgroups_path = await self._start(
+        proc, ours, name, cgroups_path = await self.start_container(
             [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
              "--channel-fd", "3"], workdir_writable=False)
         self._running_cpu = CgroupCpu(cgroups_path)
@@ -474,16 +479,16 @@ class OciBackend:
 
     @asynccontextmanager
     async def open(self, image: str, limits: Limits) -> AsyncIterator[OciSandbox]:
-        box = await self.open_kept(image, limits)
-        box._single_use = True
+        box = await self.open_kept(image, limits, single_use=True)
         try:
             yield box
         finally:
             await box.close()
 
-    async def open_kept(self, image: str, limits: Limits) -> OciSandbox:
+    async def open_kept(self, image: str, limits: Limits, single_use: bool = False) -> OciSandbox:
         """A sandbox that outlives the request that made it (a session's): its work directory
-        stays until ``close()``."""
+        stays until ``close()``. ``single_use``: one request's (``open``), whose run may be a
+        warm template's fork."""
         if limits.gpu and not self.gpu.available:
             raise GpuUnavailable(f"GPU sandboxes cannot run here: {self.gpu.problem}")
         rootfs, env = self.rootfs.known(image) or await asyncio.to_thread(self.rootfs.prepare, image)
@@ -494,7 +499,7 @@ class OciBackend:
         # overlaid with a small tmpfs, gone with the sandbox. Its path ends like the shared
         # root's (<store entry>/rootfs): roots_in_use() still sees which root it runs from.
         own_root = bundle_dir / GPU_ROOT / rootfs.parent.name / "rootfs" if limits.gpu else None
-        box = OciSandbox(self, job_id, own_root or rootfs, env, limits, image)
+        box = OciSandbox(self, job_id, own_root or rootfs, env, limits, image, single_use)
         size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
         try:
             box.bundle_dir.mkdir(parents=True)
@@ -519,6 +524,17 @@ class OciBackend:
             raise SandboxUnavailable(f"cannot make a work directory (the OCI backend needs root): {exc}") from exc
         return box
 
+    async def open_template_box(self, image: str, limits: Limits) -> OciSandbox:
+        """The sandbox folder of a warm template's container (``warm.py``): its bundle, and an
+        empty work directory that each run's own replaces."""
+        rootfs, env = self.rootfs.known(image) or await asyncio.to_thread(self.rootfs.prepare, image)
+        box = OciSandbox(self, f"template-{uuid.uuid4().hex[:8]}", rootfs, env, limits, image)
+        try:
+            box.workdir.mkdir(parents=True)
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot make a template's folder: {exc}") from exc
+        return box
+
     def live_process(self, box: OciSandbox, argv: Sequence[str], limits: Limits):
         """A long-lived container in ``box`` running ``argv`` (a session's interpreter)."""
         # The control folder holds a call's code and stdin, and its capped outputs.
@@ -536,6 +552,12 @@ class OciBackend:
             for job in self.run_dir.iterdir():
                 _umount_bundle(job)
                 shutil.rmtree(job, ignore_errors=True)
+        # The cgroups of warm runs (no runtime removes those; their processes went with their
+        # template's container).
+        parents = [*CGROUP_ROOT.glob(f"*/{self.cgroup_parent}"), CGROUP_ROOT / self.cgroup_parent]
+        for name in {child.name for parent in parents if parent.is_dir()
+                     for child in parent.iterdir() if child.is_dir()}:
+            removed += remove_cgroup(f"/{self.cgroup_parent}/{name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         return removed + self.rootfs.remove_stale_exports()
 

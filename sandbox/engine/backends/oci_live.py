@@ -72,7 +72,7 @@ class LiveProcess:
                  "options": ["rbind", "rw", "nosuid", "nodev", "noexec"]}
         deadline_ms = int((lifetime_s + LIFETIME_GRACE_S) * 1000)
         try:
-            self._proc, self._status_sock, self._name, self.cgroups_path = await self.box._start(
+            self._proc, self._status_sock, self._name, self.cgroups_path = await self.box.start_container(
                 [INIT, "--deadline-ms", str(deadline_ms), "--", *self.argv, CONTROL_MOUNT],
                 extra_mounts=[mount], more_fds=(theirs_ctl.fileno(),))
         except BaseException:

@@ -13,10 +13,11 @@ What the server does per warm run, in place of starting a container:
 - then supervises the run as a cold one (``oci.OciSandbox._supervise``): the child's PID 1
   reports the status line sandbox-init would, on the channel.
 
-A template that fails is restarted in the background; meanwhile its image runs cold. A run
-the template could not start (no answer, a failed set-up) runs cold: nothing on the wire says
-which way it ran, the metric ``sandbox_runs_started_total{start=warm|cold}`` does; a template that fails three
-starts in a row is set aside (``sandbox_warm_templates_ready`` 0) and its image runs cold.
+A template that ends is restarted in the background; meanwhile its runs fork from a larger
+ready template, or start cold. A run the template could not start (no answer, a failed set-up)
+starts cold: nothing on the wire says which way it ran, the metric
+``sandbox_runs_started_total{start=warm|cold}`` does. A template whose runs fail to start three
+times in a row is set aside (``sandbox_warm_templates_ready`` 0).
 """
 
 from __future__ import annotations
@@ -32,12 +33,11 @@ import re
 import socket
 import struct
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..cgroups import JobCgroup
+from ..cgroups import JobCgroup, remove_cgroup
 from ..models import Limits
 from ..output import CappedBuffer
 from ..spawn import pipe_reader, pipe_writer
@@ -136,7 +136,10 @@ class Template:
         self.preloaded: list[str] = []
         self.problem = "starting"
         self._control: socket.socket | None = None
+        self._status: socket.socket | None = None
         self._proc = None
+        self._box = None
+        self._drains: list[asyncio.Task] = []
         self._name = ""
         self._send_lock = asyncio.Lock()
         self._watcher: asyncio.Task | None = None
@@ -159,59 +162,57 @@ class Template:
     async def start(self) -> None:
         """Start the container and wait for the template's "ready"; on failure ``problem`` says
         why (the image runs cold)."""
-        from .oci import OciSandbox  # the container machinery of a step
         backend = self.backend
         bpf = backend.seccomp_annotations.get("run.oci.seccomp_bpf_data")
         if bpf is None:
             self.problem = "the seccomp filter cannot be compiled here (libseccomp)"
             return
-        rootfs, env = backend.rootfs.known(self.image) or await asyncio.to_thread(
-            backend.rootfs.prepare, self.image)
         limits = Limits(compile_timeout_s=0, run_timeout_s=0, memory_mb=TEMPLATE_MEMORY_MB,
                         cpus=float(os.cpu_count() or 1), pids=TEMPLATE_PIDS, workdir_mb=1,
                         output_bytes=1 << 20, fetch_bytes=0)
-        box = OciSandbox(backend, f"template-{uuid.uuid4().hex[:8]}", rootfs, env, limits)
-        box.bundle_dir.mkdir(parents=True)
-        box.workdir.mkdir()
-        self._box = box
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        box = self._box = await backend.open_template_box(self.image, limits)
+        self._name = box.first_container_name
+        self._drains = []
         try:
-            self._proc, status, self._name, _ = await box._start(
-                [INIT, "--", *self.argv], workdir_writable=False, more_fds=(theirs.fileno(),),
-                template=True)
-        finally:
-            theirs.close()
-        self._status = status
-        status.setblocking(False)
-        self._control = ours
-        ours.setblocking(False)
-        drains = [asyncio.create_task(self._drain(self._proc.stdout)),
-                  asyncio.create_task(self._drain(self._proc.stderr))]
-        try:
-            ours.send(json.dumps({"seccomp": bpf, "modules": self.modules,
-                                  "warmup": self.warmup}).encode())
-            await _wait_readable(ours.fileno(), READY_TIMEOUT_S)
-            answer = ours.recv(1 << 16).decode(errors="replace")
-        except (OSError, asyncio.TimeoutError) as exc:
-            answer = f"no answer ({exc!r})"
+            answer = await self._start_container(box, bpf)
         except BaseException:  # the server stops meanwhile: no container may be left
             await self.stop()
-            for task in drains:
-                task.cancel()
             raise
         if not answer.startswith("ready"):
             self.problem = (f"the template did not start: {answer}; it said: "
                             f"{self.diagnostics.getvalue().decode(errors='replace')[-500:]}")
             await self.stop()
-            for task in drains:
-                task.cancel()
             return
         self.preloaded = answer.split()[1:]
         self.ready, self.problem = True, ""
-        self._drains = drains
         self._watcher = asyncio.create_task(self._watch())
         log.info("warm template %s for %s ready (%d modules preloaded)", self.name, self.image,
                  len(self.preloaded))
+
+    async def _start_container(self, box, bpf: str) -> str:
+        """Start the template's container, send its set-up, return its first word."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._proc, self._status, _, _ = await box.start_container(
+                [INIT, "--", *self.argv], workdir_writable=False, more_fds=(theirs.fileno(),),
+                template=True)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._status.setblocking(False)
+        self._control = ours
+        ours.setblocking(False)
+        self._drains = [asyncio.create_task(self._drain(self._proc.stdout)),
+                        asyncio.create_task(self._drain(self._proc.stderr))]
+        try:
+            ours.send(json.dumps({"seccomp": bpf, "modules": self.modules,
+                                  "warmup": self.warmup}).encode())
+            await _wait_readable(ours.fileno(), READY_TIMEOUT_S)
+            return ours.recv(1 << 16).decode(errors="replace")
+        except (OSError, asyncio.TimeoutError) as exc:
+            return f"no answer ({exc!r})"
 
     async def _drain(self, stream) -> None:
         while chunk := await stream.read(1 << 16):
@@ -231,6 +232,8 @@ class Template:
         await self.start()
 
     async def stop(self) -> None:
+        """End the template's container and remove what it had, whatever state a start left
+        it in (the server may stop in the middle of one)."""
         self.ready = False
         if self._control is not None:
             self._control.close()
@@ -246,11 +249,18 @@ class Template:
                     self._proc.kill()
                     with contextlib.suppress(BackendError):
                         await wait_exit(self._proc, self.backend.runtime)
-                    await self.backend.delete(self._name)
             self._proc = None
+        if self._name:  # a runtime process killed, or one started as the start was cancelled
+            await self.backend.delete(self._name)
+        for task in self._drains:
+            task.cancel()
+        self._drains = []
+        if self._box is not None:
             await self._box.close()
-            from ..cgroups import remove_cgroup
+            self._box = None
+        if self._name:
             await asyncio.to_thread(remove_cgroup, f"/{self.backend.cgroup_parent}/{self._name}")
+            self._name = ""
 
     async def _send(self, message: bytes, fds: Sequence[int]) -> None:
         ancillary = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
@@ -358,11 +368,12 @@ class ImageTemplates:
         self._named = re.compile(r"\b(" + "|".join(map(re.escape, tops)) + r")\b") if tops else None
 
     def choose(self, source: bytes) -> Template | None:
+        """The smallest ready template holding every module the program names; None: the
+        run starts cold."""
         named = set(self._named.findall(source.decode(errors="replace"))) if self._named else set()
         for template, modules in zip(self.templates, self.modules):
-            tops = {m.split(".")[0] for m in modules}
-            if named <= tops:
-                return template if template.ready else None
+            if template.ready and named <= {m.split(".")[0] for m in modules}:
+                return template
         return None
 
 
