@@ -319,7 +319,7 @@ class Template:
                           ",".join(o for o in options.split(",") if o not in ("rw", "ro")))
             mount(None, top_point, None, MS_REMOUNT | flags, "mode=755")
         else:
-            mount("cgroup", top_point, top_type, flags)
+            mount(top_type, top_point, top_type, flags)  # source "cgroup2", as crun mounts it
 
     def show_argv(self, argv: list[str]) -> None:
         """/proc/self/cmdline as `python3 main.py`'s, not the template's: written over the
