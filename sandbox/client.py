@@ -29,7 +29,9 @@ idempotent, so they are retried only when the request provably did not reach the
 read timeout, a connection dropped mid-answer or a 502 they raise ``SandboxOutcomeUnknown``
 instead of risking a second session or running the code twice. Reading and deleting a session
 retry as above; a 404 for a session raises ``SandboxSessionGone`` (deleted, expired, or its
-server restarted), except on delete, where it means the work is already done.
+server restarted) and a 410 its subclass ``SandboxSessionLost`` (its replica or node is gone),
+except on delete, where either means the work is already done. Session calls carry the
+``x-session-id`` header that routers in front (Ray Serve, HAProxy) key stickiness on.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ from .api.session_schemas import SessionState
 __all__ = [
     "AsyncSandboxClient", "AsyncSandboxSession", "RunCodeResponse", "SandboxClient",
     "SandboxClientError", "SandboxOutcomeUnknown", "SandboxRequestRejected", "SandboxResultError",
-    "SandboxServerError", "SandboxSession", "SandboxSessionGone", "SandboxUnavailable",
+    "SandboxServerError", "SandboxSession", "SandboxSessionGone", "SandboxSessionLost",
+    "SandboxUnavailable",
     "SessionState", "backoff_delay", "parse_retry_after",
 ]
 
@@ -116,6 +119,11 @@ class SandboxSessionGone(SandboxRequestRejected):
     def __init__(self, status: int, detail: Any, url: str, session_id: str) -> None:
         self.session_id = session_id
         super().__init__(status, detail, url)
+
+
+class SandboxSessionLost(SandboxSessionGone):
+    """410 for a session: the replica (node, server) that held it is gone, and its state with
+    it. Create a new session."""
 
 
 class SandboxOutcomeUnknown(SandboxClientError):
@@ -270,7 +278,12 @@ class _Request:
     idempotent: bool = True
     action: str = ""
     consequence: str = ""
-    session_id: str | None = None  # a 404 then raises SandboxSessionGone
+    session_id: str | None = None  # a 404 then raises SandboxSessionGone, a 410 SandboxSessionLost
+
+    @property
+    def headers(self) -> dict[str, str]:
+        # What a router in front keys session stickiness on (Ray Serve's, HAProxy's).
+        return {"x-session-id": self.session_id} if self.session_id else {}
 
 
 class _Call:
@@ -327,6 +340,8 @@ class _Call:
         detail = _detail(response)
         if 400 <= status < 500:
             # The server is fine, the request is not: the same request would fail again.
+            if status == 410 and self.request.session_id is not None:
+                raise SandboxSessionLost(status, detail, str(response.url), self.request.session_id)
             if status == 404 and self.request.session_id is not None:
                 raise SandboxSessionGone(status, detail, str(response.url), self.request.session_id)
             raise SandboxRequestRejected(status, detail, str(response.url))
@@ -459,7 +474,7 @@ class SandboxClient(_ClientBase):
                 try:
                     outcome = call.response(endpoint, self._http.request(
                         request.method, endpoint.url + request.path, json=request.body,
-                        timeout=request.timeout))
+                        headers=request.headers, timeout=request.timeout))
                 except httpx.TransportError as exc:
                     outcome = call.transport_error(endpoint, exc)
                 finally:
@@ -522,7 +537,7 @@ class AsyncSandboxClient(_ClientBase):
                 try:
                     outcome = call.response(endpoint, await self._http.request(
                         request.method, endpoint.url + request.path, json=request.body,
-                        timeout=request.timeout))
+                        headers=request.headers, timeout=request.timeout))
                 except httpx.TransportError as exc:
                     outcome = call.transport_error(endpoint, exc)
                 finally:

@@ -320,20 +320,13 @@ class Settings(BaseSettings):
         6 * 3600.0, gt=0,
         description="Ceiling on a session's `idle_timeout_s` and `max_lifetime_s`; above it: 422.")
     replica: str = Field(
-        default_factory=lambda: _replica_name(os.uname().nodename),
-        pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
-        description="This server's name in session ids (`<replica>-<hex>`): a call for a "
-                    "session another replica owns is forwarded there (`peers`).",
-        json_schema_extra={"shown_default": "the host name"})
-    peers: dict[str, str] = Field(
-        default_factory=dict,
-        description="Other replicas behind the same address, name -> base URL "
-                    "(`{\"sandbox-1\": \"http://10.0.0.7:8080\"}`; in the environment a JSON object).",
-        json_schema_extra={"shown_default": "none"})
-    peer_url_template: str = Field(
         "",
-        description="Base URL of a replica not in `peers`, `{replica}` replaced by its name: "
-                    "`http://{replica}.sandbox-peers:8080` for a StatefulSet's headless Service.")
+        pattern=r"^$|^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="This server's name in session ids (`<replica>-<hex>`), unique among the "
+                    "servers behind one address: a call for another replica's session answers "
+                    "410 (lost with its replica), and a proxy in front can route on it.",
+        json_schema_extra={"shown_default": "the host name, then `-<instance>` unless the "
+                                            "instance is `default`"})
     languages: dict[str, LanguageOverrides] = Field(
         default_factory=dict,
         description="Per-language limits, `[languages.<name>]` tables in the config file "
@@ -403,6 +396,14 @@ class Settings(BaseSettings):
         if path:
             sources += (StrictTomlSource(settings_cls, Path(path)),)
         return sources
+
+    @model_validator(mode="after")
+    def _name_the_replica(self) -> "Settings":
+        if not self.replica:
+            # Two servers on one host (distinct instances) must not share session-id names.
+            suffix = "" if self.instance == "default" else "-" + self.instance
+            self.replica = _replica_name(os.uname().nodename[:40] + suffix)
+        return self
 
     @model_validator(mode="after")
     def _languages_are_served(self) -> "Settings":

@@ -50,6 +50,9 @@ class Services:
         self.sessions = SessionRegistry(engine, settings.replica, settings.max_sessions)
         # Why the backend failed its start-up check, until a later check passes (/readyz).
         self.backend_problem: str | None = None
+        # How a call for another replica's session reaches it, set by an engine that routes
+        # (sandbox/ray): async (request, session_id) -> Response, or None when it cannot.
+        self.reach_owner = None
 
 
 async def _services(request: Request) -> Services:
@@ -199,6 +202,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     @app.post("/run_code", response_model=RunCodeResponse, tags=["SandboxFusion"],
               summary="Run one program in a fresh sandbox",
               responses={404: {"description": "`session_id` names no live session."},
+                         410: {"description": "`session_id`'s session was lost with its replica."},
                          422: {"description": "The request cannot be run as asked; `detail` says why."},
                          504: {"description": "No sandbox free in time; retry after `Retry-After` s."}})
     async def run_code(req: RunCodeRequest, services: ServicesDep, request: Request,

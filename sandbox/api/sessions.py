@@ -1,7 +1,10 @@
 """The HTTP side of sessions: /v1/sessions, /run_code with a `session_id`, /run_jupyter.
 
-It translates and routes only; sessions themselves live in ``sandbox/sessions``. A call for a
-session another replica owns is forwarded there (``peers``), so that one address serves all.
+It translates only; sessions themselves live in ``sandbox/sessions``. A session lives on the
+replica that created it. Past one server, what sits in front routes each session's calls to its
+owner (HAProxy's stick table on ``SESSION_HEADER``, Ray Serve's router in ``sandbox/ray``); a
+call that reaches another replica anyway goes through ``Services.reach_owner`` when an engine
+provides one, else it answers 410: the session was lost with its replica.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ import math
 import time
 from datetime import datetime, timezone
 
-import httpx
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 
@@ -33,8 +35,14 @@ from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse
 from .translate import (HOSTNAME, InvalidRequest, _decode_files, _memory, _require_unicode,
                         build_job, runtime_for, to_response)
 
-FORWARDED_HEADER = "X-Sandbox-Forwarded-By"
+# On every answer that names a session (create, fork, a call in it): what a proxy in front keys
+# its session stickiness on (deploy/haproxy).
+SESSION_HEADER = "X-Sandbox-Session-Id"
 NOT_FOUND = "session {id} not found (deleted, expired, or the server restarted)"
+LOST = ("session {id} was lost: it lived on replica {owner!r}, and this is replica {here!r}; "
+        "{owner!r} stopped or its node is gone, and a session's state goes with it. Create a new "
+        "session. (If {owner!r} is running, the proxy in front did not send this call to it: "
+        "see docs/deployment.md#sessions-past-one-server.)")
 JUPYTER_GRACE_S = 30.0
 
 
@@ -87,29 +95,16 @@ def _session_job(req: RunCodeRequest, session: Session, registry: RuntimeRegistr
         job.limits, memory_mb=session.limits.memory_mb))
 
 
-async def _forward(request: Request, replica: str, settings: Settings) -> Response:
-    """Send ``request`` on to the replica that owns its session; its answer is ours."""
-    url = settings.peers.get(replica) or (settings.peer_url_template.replace("{replica}", replica)
-                                          if settings.peer_url_template else "")
-    if not url or request.headers.get(FORWARDED_HEADER):
-        detail = (f"session owned by replica {replica!r}, which this server "
-                  f"({settings.replica!r}) cannot reach: name it in SANDBOX_PEERS or "
-                  f"SANDBOX_PEER_URL_TEMPLATE") if not url else "session forwarded in a loop"
-        return JSONResponse(status_code=404, content={"detail": f"{detail}; or the session does "
-                                                                f"not exist"})
-    headers = {k: v for k, v in request.headers.items()
-               if k.lower() in ("authorization", "x-api-key", "content-type", "x-request-id")}
-    headers[FORWARDED_HEADER] = settings.replica
-    try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=5.0)) as client:
-            answer = await client.request(request.method, url.rstrip("/") + request.url.path,
-                                          params=request.query_params, content=await request.body(),
-                                          headers=headers)
-    except httpx.HTTPError as exc:
-        return JSONResponse(status_code=502, content={
-            "detail": f"replica {replica!r} that owns the session did not answer at {url}: {exc}"})
-    return Response(content=answer.content, status_code=answer.status_code,
-                    media_type=answer.headers.get("content-type"))
+async def _elsewhere(request: Request, session_id: str, owner: str, services) -> Response:
+    """A call for a session another replica owns: reached through the engine in front when it
+    can (``Services.reach_owner``), else 410 Gone."""
+    if services.reach_owner is not None:
+        answer = await services.reach_owner(request, session_id)
+        if answer is not None:
+            return answer
+    return JSONResponse(status_code=410, content={
+        "detail": LOST.format(id=session_id, owner=owner, here=services.settings.replica),
+        "error_kind": "session_lost", "retryable": False})
 
 
 def install_session_errors(app) -> None:
@@ -143,7 +138,7 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     try:
         session = sessions.get(req.session_id)
     except NotOwned as exc:
-        return await _forward(request, exc.replica, services.settings)
+        return await _elsewhere(request, req.session_id, exc.replica, services)
     note_run_request(request, req)
     job = _session_job(req, session, services.registry, services.settings, services.assets)
     started = time.perf_counter()
@@ -155,6 +150,7 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     note_run_result(request, job, outcome.job, body.status, engine_s)
     request.app.state.ops.metrics.session_call_time.labels(session.spec.language).observe(engine_s)
     response.headers["Server-Timing"] = f"engine;dur={engine_s * 1000:.2f}"
+    response.headers[SESSION_HEADER] = session.id
     body.session_id = session.id
     body.session_restarted = outcome.restarted
     if outcome.restarted:
@@ -183,7 +179,7 @@ def session_router(services) -> APIRouter:
                             501: {"description": "This server's backend has no sessions (docker)."},
                             503: {"description": "The server holds its most sessions, or could "
                                                  "not start one; retry after `Retry-After` s."}})
-    async def create(req: SessionCreateRequest) -> SessionCreated:
+    async def create(req: SessionCreateRequest, response: Response) -> SessionCreated:
         spec = runtime_for(req.language, services.registry)
         if settings.max_sessions == 0:
             raise SessionsFull("sessions are turned off on this server (SANDBOX_MAX_SESSIONS=0)")
@@ -199,6 +195,7 @@ def session_router(services) -> APIRouter:
         except UnsafePath as exc:
             raise InvalidRequest(str(exc)) from None
         session = await sessions.create(spec, limits, idle, lifetime, files)
+        response.headers[SESSION_HEADER] = session.id
         return SessionCreated(**_created(session))
 
     @router.get("/v1/sessions", response_model=SessionList, summary="Sessions of this replica (paged)")
@@ -210,33 +207,37 @@ def session_router(services) -> APIRouter:
     @router.get("/v1/sessions/{session_id}", response_model=SessionState,
                 summary="A session's state",
                 responses={404: {"description": "No such session (deleted, expired, restarted server)."},
+                           410: {"description": "The session was lost with its replica."},
                            422: {"description": "Not a session id."}})
     async def get(session_id: str, request: Request):
         session, replica = owned(session_id)
         if session is None:
-            return await _forward(request, replica, settings)
+            return await _elsewhere(request, session_id, replica, services)
         return _state(session)
 
     @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=SessionForked,
                  summary="A new, independent session in this one's state",
                  responses={404: {"description": "No such session."},
+                            410: {"description": "The session was lost with its replica."},
                             501: {"description": "This server's backend has no sessions (docker)."},
                             503: {"description": "No room for another session; retry after `Retry-After` s."}})
-    async def fork(session_id: str, request: Request):
+    async def fork(session_id: str, request: Request, response: Response):
         session, replica = owned(session_id)
         if session is None:
-            return await _forward(request, replica, settings)
+            return await _elsewhere(request, session_id, replica, services)
         child, mode = await sessions.fork(session_id)
+        response.headers[SESSION_HEADER] = child.id
         return SessionForked(**_created(child), parent_id=session_id, fork_mode=mode,
                              replayed_calls=len(child.history) if mode == "replay" else 0)
 
     @router.delete("/v1/sessions/{session_id}", status_code=204,
                    summary="End a session: its container and files are gone",
-                   responses={404: {"description": "No such session."}})
+                   responses={404: {"description": "No such session."},
+                              410: {"description": "The session was lost with its replica."}})
     async def delete(session_id: str, request: Request):
         session, replica = owned(session_id)
         if session is None:
-            return await _forward(request, replica, settings)
+            return await _elsewhere(request, session_id, replica, services)
         await sessions.delete(session_id)
         return Response(status_code=204)
 

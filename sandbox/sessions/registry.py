@@ -1,7 +1,8 @@
 """The sessions this server owns: create, find, fork, delete, and expire them in the background.
 
 A session id is ``<replica>-<24 hex digits>``: the replica part names the server that owns it,
-so that any replica can forward a call to the owner (``api/sessions.py``).
+so that a call reaching another replica can say the session was lost with its owner
+(``api/sessions.py``), and an engine in front can route on it (``sandbox/ray``).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import pytest
 
 from sandbox.client import (AsyncSandboxClient, SandboxClient, SandboxOutcomeUnknown,
                             SandboxRequestRejected, SandboxResultError, SandboxServerError,
-                            SandboxSessionGone, SandboxUnavailable, backoff_delay,
+                            SandboxSessionGone, SandboxSessionLost, SandboxUnavailable, backoff_delay,
                             parse_retry_after)
 
 OK_BODY = {"status": "Success", "message": "", "compile_result": None,
@@ -606,6 +606,19 @@ def test_404_for_a_session_raises_session_gone_at_once(session_server):
                 session.state()
     assert server.calls() == [("POST", "/v1/sessions"), ("POST", "/run_code"),
                               ("GET", SESSION_PATH), ("DELETE", SESSION_PATH)]
+
+
+def test_410_for_a_session_raises_session_lost_and_close_counts_it_deleted(session_server):
+    lost = {"detail": "session lost: it lived on replica 'beta'", "error_kind": "session_lost"}
+    server = session_server((201, CREATED, {}, 0), (410, lost, {}, 0), (410, lost, {}, 0))
+    with SandboxClient(server.url, **FAST) as client:
+        with client.session("python") as session:
+            with pytest.raises(SandboxSessionLost, match="beta") as caught:
+                session.run("print(x)")
+            assert isinstance(caught.value, SandboxSessionGone) and caught.value.status == 410
+    assert session.closed
+    assert server.calls() == [("POST", "/v1/sessions"), ("POST", "/run_code"),
+                              ("DELETE", SESSION_PATH)]
 
 
 def test_async_session_follows_the_same_rules(session_server):
