@@ -1,5 +1,6 @@
 """sandbox: serve | run FILE | doctor | config | images build [LANG...] | images list |
-images export-rootfs DEST [LANG...] (also ``python -m sandbox``). Settings come from SANDBOX_*
+images export-rootfs DEST [LANG...] | ray deploy | ray stop | ray status (also ``python -m
+sandbox``). Settings come from SANDBOX_*
 variables and the TOML file named by SANDBOX_CONFIG or --config; `sandbox config --markdown`
 lists them."""
 
@@ -70,6 +71,27 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--metadata-only", action="store_true",
                         help="write only each image's image.json (reference, id, environment); "
                              "the server image build copies the roots itself")
+
+    ray = sub.add_parser("ray", parents=[common],
+                         help="run the sandbox as a Ray Serve application (pip install '.[ray]')")
+    ray_sub = ray.add_subparsers(dest="ray_command", required=True)
+    deploy = ray_sub.add_parser(
+        "deploy", parents=[common], help="deploy (or update) it on a running Ray cluster",
+        description="One replica per node started with --resources '{\"sandbox\": 1}', each "
+                    "with this machine's settings (SANDBOX_*, --config) over its node's own; "
+                    "every node's Serve proxy serves the API.")
+    deploy.add_argument("--address", help="the cluster (default: RAY_ADDRESS, else the local one)")
+    deploy.add_argument("--host", default="0.0.0.0",
+                        help="where each node's proxy listens (default 0.0.0.0)")
+    deploy.add_argument("--port", type=int, default=8000, help="proxy port (default 8000)")
+    deploy.add_argument("--min-replicas", type=int, help="default: the sandbox nodes now")
+    deploy.add_argument("--max-replicas", type=int, help="default: 4x the sandbox nodes now")
+    deploy.add_argument("--target-ongoing-requests", type=float, default=8,
+                        help="requests in flight per replica the autoscaler aims at (default 8)")
+    stop = ray_sub.add_parser("stop", parents=[common], help="delete the application")
+    stop.add_argument("--address", help="the cluster (default: RAY_ADDRESS, else the local one)")
+    status = ray_sub.add_parser("status", parents=[common], help="its replicas and their nodes")
+    status.add_argument("--address", help="the cluster (default: RAY_ADDRESS, else the local one)")
     return parser
 
 
@@ -171,7 +193,41 @@ def images(args: argparse.Namespace, settings: Settings) -> int:
     return list_images(settings)
 
 
-COMMANDS = {"serve": serve, "run": run, "doctor": doctor, "config": config, "images": images}
+def ray(args: argparse.Namespace, settings: Settings) -> int:
+    try:
+        import sandbox.ray as sandbox_ray
+    except ImportError as exc:
+        print(f"sandbox ray: Ray Serve is not installed ({exc}); pip install '.[ray]'",
+              file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import ray as ray_core
+
+    ray_core.init(address=args.address or "auto", log_to_driver=False)
+    if args.ray_command == "stop":
+        sandbox_ray.stop()
+        print("sandbox ray: application deleted")
+        return 0
+    if args.ray_command == "status":
+        for name, node in sorted(sandbox_ray.replicas().items()):
+            print(f"replica {name} on node {node}")
+        return 0
+    # The settings given here (file and environment), as the replicas' own: only those set.
+    given = settings.model_dump(exclude_unset=True, exclude={"config", "replica", "instance"})
+    try:
+        url = sandbox_ray.deploy(settings=given, host=args.host, port=args.port,
+                                 min_replicas=args.min_replicas, max_replicas=args.max_replicas,
+                                 target_ongoing_requests=args.target_ongoing_requests)
+    except sandbox_ray.DeployError as exc:
+        print(f"sandbox ray: {exc}", file=sys.stderr)
+        return 1
+    print(f"sandbox ray: serving on every node's port {args.port} ({url} here); replicas: "
+          f"{', '.join(sorted(sandbox_ray.replicas()))}")
+    return 0
+
+
+COMMANDS = {"serve": serve, "run": run, "doctor": doctor, "config": config, "images": images,
+            "ray": ray}
 
 if __name__ == "__main__":
     sys.exit(main())

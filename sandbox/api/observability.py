@@ -307,6 +307,7 @@ class Observability:
                  aliases: dict[str, str] | None = None) -> None:
         # What a request may name -> the language its metrics count under.
         self.languages = {**{language: language for language in languages}, **(aliases or {})}
+        self.settings = settings
         self.metrics = Metrics(engine)
         self.audit = AuditLog(settings.audit_log)
         self.audited_paths = {"/run_code", "/v1/evaluate"}
@@ -396,6 +397,8 @@ class RequestContext:
     def __init__(self, app, ops: Observability) -> None:
         self.app = app
         self.ops = ops
+        # Which replica answered: for an operator behind a proxy, and for per-node counts.
+        self.replica = ops.settings.replica.encode()
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -420,8 +423,10 @@ class RequestContext:
             if message["type"] == "http.response.start":
                 started = True
                 http_status = message["status"]
-                message = {**message, "headers": [*message.get("headers", ()),
-                                                  (b"x-request-id", request_id.encode())]}
+                headers = [*message.get("headers", ()), (b"x-request-id", request_id.encode())]
+                if not any(name == b"x-sandbox-replica" for name, _ in headers):
+                    headers.append((b"x-sandbox-replica", self.replica))  # else: re-sent to its owner
+                message = {**message, "headers": headers}
             elif message["type"] == "http.response.body" and record is not None \
                     and not record.finished:
                 if http_status >= 400 and len(error_body) < _ERROR_BODY_KEEP:

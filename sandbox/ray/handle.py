@@ -1,0 +1,128 @@
+"""The sandbox from inside a Ray cluster without HTTP: a trainer's actor or task calls the
+replicas through a Serve handle, routed as HTTP calls are (``router.py``).
+
+    from sandbox.ray import Sandbox
+    sandbox = Sandbox()
+    results = await sandbox.evaluate_batch([{"language": "python", "code": ..., "tests": [...]}])
+
+Requests and answers are the HTTP API's JSON bodies as dicts (docs/api.md, docs/evaluation.md);
+a refusal raises the exceptions of ``sandbox.client``. A stateless call whose replica died (its
+node lost) or was too busy (504) is sent again, to another replica; ``retried`` counts them. A
+session call is never sent twice: it may have run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
+
+from ..client import (SandboxOutcomeUnknown, SandboxRequestRejected, SandboxServerError,
+                      SandboxSessionGone, SandboxSessionLost, parse_retry_after)
+from .replica import APP, DEPLOYMENT, SESSION_HEADER
+
+REPLICA_LOST = (RayActorError, ActorUnavailableError)
+
+
+class Sandbox:
+    def __init__(self, app_name: str = APP, retries: int = 3) -> None:
+        self._handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name)
+        self.retries = retries
+        self.retried = 0
+
+    # Stateless: sent again elsewhere when the replica is lost or busy.
+
+    async def run_code(self, request: dict) -> dict:
+        """POST /run_code (without a session)."""
+        return await self._stateless("/run_code", request)
+
+    async def evaluate(self, request: dict) -> dict:
+        """POST /v1/evaluate: one program, all its tests, a verdict per test."""
+        return await self._stateless("/v1/evaluate", request)
+
+    async def evaluate_batch(self, requests: list[dict]) -> list[dict]:
+        """Many evaluations at once, spread over the replicas; answers in the same order."""
+        return list(await asyncio.gather(*(self.evaluate(r) for r in requests)))
+
+    async def run_code_batch(self, requests: list[dict]) -> list[dict]:
+        return list(await asyncio.gather(*(self.run_code(r) for r in requests)))
+
+    async def _stateless(self, path: str, request: dict) -> dict:
+        body = json.dumps(request).encode()
+        for attempt in range(self.retries + 1):
+            try:
+                status, headers, answer = await self._handle.call.remote(
+                    "POST", path, body, {"content-type": "application/json"})
+            except REPLICA_LOST as exc:
+                if attempt == self.retries:
+                    raise SandboxServerError(503, f"replica lost: {exc}", path) from exc
+                self.retried += 1
+                continue
+            if status == 504 and attempt < self.retries:
+                self.retried += 1
+                await asyncio.sleep(min(parse_retry_after(headers.get("retry-after")) or 1.0, 5.0))
+                continue
+            return _answer(status, answer, path)
+        raise AssertionError("unreachable")
+
+    # Sessions: each call reaches the replica that holds the session, or says it was lost.
+
+    async def create_session(self, request: dict | None = None) -> dict:
+        """POST /v1/sessions: ``{"session_id", ...}``."""
+        return await self._once("POST", "/v1/sessions", request or {}, None)
+
+    async def run_in_session(self, session_id: str, request: dict) -> dict:
+        """POST /run_code in the session (its state kept between calls)."""
+        return await self._once("POST", "/run_code", {**request, "session_id": session_id},
+                                session_id)
+
+    async def fork_session(self, session_id: str) -> dict:
+        return await self._once("POST", f"/v1/sessions/{session_id}/fork", None, session_id)
+
+    async def session_state(self, session_id: str) -> dict:
+        return await self._once("GET", f"/v1/sessions/{session_id}", None, session_id)
+
+    async def delete_session(self, session_id: str) -> None:
+        try:
+            await self._once("DELETE", f"/v1/sessions/{session_id}", None, session_id)
+        except SandboxSessionGone:
+            pass  # gone already: what a delete wants
+
+    async def _once(self, method: str, path: str, request: dict | None,
+                    session_id: str | None) -> dict:
+        handle = self._handle.options(session_id=session_id) if session_id else self._handle
+        headers = {"content-type": "application/json"}
+        if session_id:
+            headers[SESSION_HEADER] = session_id
+        body = json.dumps(request).encode() if request is not None else None
+        try:
+            status, _, answer = await handle.call.remote(method, path, body, headers)
+        except REPLICA_LOST as exc:
+            if session_id:
+                raise SandboxSessionLost(410, f"the replica holding session {session_id} was lost "
+                                              f"during the call: {exc}", path, session_id) from exc
+            raise SandboxOutcomeUnknown(f"{method} {path}", "the handle", f"replica lost: {exc}",
+                                        "a session may have been made there") from exc
+        if session_id and status in (404, 410):
+            error = SandboxSessionLost if status == 410 else SandboxSessionGone
+            raise error(status, _detail(answer), path, session_id)
+        return _answer(status, answer, path)
+
+
+def _detail(answer: bytes):
+    try:
+        return json.loads(answer).get("detail", answer.decode(errors="replace"))
+    except (ValueError, AttributeError):
+        return answer.decode(errors="replace")[:500]
+
+
+def _answer(status: int, answer: bytes, path: str) -> dict:
+    if status == 204:
+        return {}
+    if 200 <= status < 300:
+        return json.loads(answer)
+    if 400 <= status < 500:
+        raise SandboxRequestRejected(status, _detail(answer), path)
+    raise SandboxServerError(status, _detail(answer), path)

@@ -1,0 +1,112 @@
+"""The sandbox as a Ray Serve deployment: on each node that carries the ``sandbox`` resource, one
+replica runs the same app as ``sandbox serve`` (``sandbox.api.create_app``) on that node's
+runtimes. Ray Serve's proxies are the URL, its router (``router.py``) the load balancer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import httpx
+import ray
+from fastapi import Request, Response
+from ray import serve
+from ray.serve.config import RequestRouterConfig
+
+from ..api.app import create_app
+from ..config import Settings
+
+log = logging.getLogger("sandbox.ray")
+
+DEPLOYMENT = "sandbox"
+APP = "sandbox"
+# A node runs sandbox replicas only when it carries this resource (`ray start --resources
+# '{"sandbox": 1}'`): CPU nodes, not the GPU nodes that train.
+NODE_RESOURCE = "sandbox"
+# In-process calls through the app (the handle API, a session call re-sent to its owner).
+LOCAL = "http://replica"
+# Set on a call the router already sent by its session id: a second miss means the owner is gone.
+SESSION_HEADER = "x-session-id"
+
+
+class SandboxReplica:
+    """One node's server. Its name in session ids is its Serve replica id (what the router reads);
+    its instance (folders, cgroups, leftovers swept at start) is its node's, so that a replica
+    replacing a dead one on the same node removes what the dead one left."""
+
+    def __init__(self, settings: dict | None = None) -> None:
+        context = serve.get_replica_context()
+        node = ray.get_runtime_context().get_node_id()
+        self.node_id = node
+        self.name = context.replica_id.unique_id
+        self.app_name = context.app_name
+        self.settings = Settings(**{**(settings or {}), "replica": self.name,
+                                    "instance": f"ray-{node[:12]}"})
+        log.info("sandbox replica %s on node %s (pid %d)", self.name, node[:12], os.getpid())
+
+    def __serve_build_asgi_app__(self):
+        app = create_app(self.settings)
+        app.state.services.reach_owner = self._reach_owner
+        headers = {"authorization": f"Bearer {self.settings.api_key.get_secret_value()}"} \
+            if self.settings.api_key else {}
+        self.local = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL,
+                                       headers=headers, timeout=None)
+        return app
+
+    async def call(self, method: str, path: str, body: bytes | None = None,
+                   headers: dict | None = None, params: dict | None = None
+                   ) -> tuple[int, dict[str, str], bytes]:
+        """One request through this replica's app, in process: what the handle API and a
+        re-sent session call use. Answers (status, headers, body)."""
+        answer = await self.local.request(method, path, content=body, headers=headers,
+                                          params=params)
+        return answer.status_code, dict(answer.headers), answer.content
+
+    async def _reach_owner(self, request: Request, session_id: str) -> Response | None:
+        """A session call that arrived without the router knowing its session (an HTTP client
+        that sends the id only in the path or the body): re-send it by its id, once."""
+        if request.headers.get(SESSION_HEADER) == session_id:
+            return None  # the router already tried the owner: it is gone
+        handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
+        headers = {k: v for k, v in request.headers.items()
+                   if k in ("content-type", "authorization", "x-api-key", "x-request-id")}
+        headers[SESSION_HEADER] = session_id
+        status, answer_headers, body = await handle.options(session_id=session_id).call.remote(
+            request.method, request.url.path, await request.body(), headers,
+            dict(request.query_params))
+        # The owner's x-sandbox-replica stays: the replica that ran the call.
+        keep = {k: v for k, v in answer_headers.items()
+                if k.lower() not in ("content-length", "transfer-encoding", "connection",
+                                     "x-request-id")}
+        return Response(content=body, status_code=status, headers=keep)
+
+    async def node(self) -> tuple[str, str]:
+        """(this replica's name, its node's id)."""
+        return self.name, self.node_id
+
+    async def check_health(self) -> None:
+        """Serve replaces a replica that raises here: its backend cannot run programs."""
+        status, _, body = await self.call("GET", "/readyz")
+        if status != 200:
+            raise RuntimeError(f"sandbox replica {self.name} not ready: {body[:500]!r}")
+
+
+def sandbox_deployment(*, min_replicas: int, max_replicas: int, max_ongoing_requests: int,
+                       target_ongoing_requests: float):
+    """The deployment, its replicas placed one per sandbox node and scaled on their queues."""
+    ingress = serve.ingress()(SandboxReplica)
+    return serve.deployment(
+        name=DEPLOYMENT,
+        ray_actor_options={"num_cpus": 0, "resources": {NODE_RESOURCE: 0.001}},
+        max_replicas_per_node=1,
+        max_ongoing_requests=max_ongoing_requests,
+        autoscaling_config={"min_replicas": min_replicas, "max_replicas": max_replicas,
+                            "initial_replicas": min_replicas,
+                            "target_ongoing_requests": target_ongoing_requests,
+                            "upscale_delay_s": 5, "downscale_delay_s": 300},
+        request_router_config=RequestRouterConfig(
+            request_router_class="sandbox.ray.router:SessionOwnerRouter"),
+        health_check_period_s=10, health_check_timeout_s=30,
+        graceful_shutdown_timeout_s=60,
+    )(ingress)

@@ -1,0 +1,271 @@
+"""The sandbox as a Ray Serve application on a real multi-node Ray cluster on this machine: a
+head and two worker nodes that carry the ``sandbox`` resource, each worker with its own replica
+on the oci backend (its own instance), deployed by ``sandbox ray deploy``. Requests enter
+through Ray Serve's proxy or the handle API (``sandbox.ray.Sandbox``); one node is killed under
+load and another added."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+# Ray finds "this node's address" by a route to the internet; on a closed machine that is an
+# address nothing listens on. With this, every node and client stays on 127.0.0.1.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+try:
+    import ray
+    import ray.serve  # noqa: F401
+except ImportError as missing:  # CI installs it ('.[test]'): there a missing Ray fails
+    if os.environ.get("SANDBOX_TESTS_REQUIRE_RAY") == "1":
+        raise
+    pytest.skip(f"Ray Serve is not installed ({missing}): pip install '.[ray]'",
+                allow_module_level=True)
+
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from sandbox.client import SandboxClient, SandboxSessionLost  # noqa: E402
+from ..conftest import REPO_ROOT, _free_port, assert_nothing_left, running_server  # noqa: E402
+from ..verl_support import load_check_correctness  # noqa: E402
+
+pytestmark = [pytest.mark.docker, pytest.mark.multinode]
+
+TIMEOUT = 120
+COUNTER = "n = globals().get('n', 0) + 1\nprint(n)"
+SANDBOX_NODE = {"num_cpus": 1, "resources": {"sandbox": 1}, "node_ip_address": "127.0.0.1"}
+
+
+def _instance(node_id: str) -> str:
+    return f"ray-{node_id[:12]}"  # as sandbox/ray/replica.py names a node's instance
+
+
+@pytest.fixture(scope="module")
+def cluster(oci_server):
+    # oci_server: the oci backend works here (else skipped, or failed in CI)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+    workers = [cluster.add_node(**SANDBOX_NODE) for _ in range(2)]
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster, workers
+    ray.shutdown()
+    for node in list(cluster.worker_nodes):
+        cluster.remove_node(node)
+    # remove_node refuses the head the driver process started (it checks the driver's node
+    # even after ray.shutdown()): its processes go the same way.
+    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=True)
+
+
+@pytest.fixture(scope="module")
+def deployed(cluster, tmp_path_factory):
+    """`sandbox ray deploy` on the running cluster; yields the proxy URL."""
+    ray_cluster, _ = cluster
+    port = _free_port()
+    log = tmp_path_factory.mktemp("ray") / "deploy.log"
+    env = {**os.environ, "SANDBOX_MAX_CONCURRENCY": "4", "SANDBOX_AUDIT_LOG": "off"}
+    command = [sys.executable, "-m", "sandbox", "ray", "deploy", "--address", ray_cluster.address,
+               "--host", "127.0.0.1", "--port", str(port)]
+    done = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=300)
+    log.write_text(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"serving on every node's port {port}" in done.stdout
+    url = f"http://127.0.0.1:{port}"
+    instances = set()
+    try:
+        yield url
+        from sandbox.ray import replicas
+        instances = {_instance(node) for node in replicas().values()}
+    finally:
+        stop = subprocess.run([sys.executable, "-m", "sandbox", "ray", "stop", "--address",
+                               ray_cluster.address], env=env, cwd=REPO_ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert stop.returncode == 0, stop.stderr[-3000:]
+    for instance in instances:  # a stopped replica leaves nothing behind
+        assert_nothing_left(instance)
+
+
+def _replica_metrics(url: str, replica: str) -> str:
+    # The router sends a call to the replica its session id names: that replica's own /metrics.
+    answer = requests.get(f"{url}/metrics", headers={"x-session-id": f"{replica}-{'0' * 24}"},
+                          timeout=TIMEOUT)
+    assert answer.status_code == 200 and answer.headers["x-sandbox-replica"] == replica
+    return answer.text
+
+
+def _runs_counted(metrics: str) -> float:
+    return sum(float(v) for v in re.findall(
+        r'^sandbox_requests_total\{language="python",status="Success"\} (\S+)$', metrics, re.M))
+
+
+def test_requests_spread_over_every_node_and_each_counts_its_own(deployed):
+    from sandbox.ray import replicas
+
+    running = replicas()
+    assert len(running) == 2 and len(set(running.values())) == 2, running  # one per node
+
+    def one(i: int) -> str:
+        answer = requests.post(f"{deployed}/run_code", json={
+            "language": "python", "code": f"print({i} * {i})"}, timeout=TIMEOUT)
+        assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == f"{i * i}\n"
+        return answer.headers["x-sandbox-replica"]
+
+    with ThreadPoolExecutor(8) as pool:
+        answered_by = list(pool.map(one, range(48)))
+    assert set(answered_by) == set(running), answered_by
+    for replica in running:
+        assert _runs_counted(_replica_metrics(deployed, replica)) >= answered_by.count(replica) > 0
+
+
+def test_fifty_sessions_every_call_on_its_owner(deployed):
+    """Half the calls carry the `x-session-id` header (sandbox.client: routed by Ray at once),
+    half name the session only in the body or the path (re-sent through Ray's router by the
+    replica that got it)."""
+
+    def session(i: int) -> tuple[str, set[str]]:
+        if i % 2:
+            with SandboxClient(deployed) as client, client.session("python") as opened:
+                outputs = [opened.run(COUNTER).run_result.stdout for _ in range(10)]
+                assert outputs == [f"{n}\n" for n in range(1, 11)]
+                assert opened.state().executions == 10
+                return opened.id, set()
+        made = requests.post(f"{deployed}/v1/sessions", json={"language": "python"}, timeout=TIMEOUT)
+        assert made.status_code == 201, made.text
+        session_id = made.json()["session_id"]
+        answered_by = set()
+        for n in range(1, 11):
+            ran = requests.post(f"{deployed}/run_code", json={
+                "language": "python", "code": COUNTER, "session_id": session_id}, timeout=TIMEOUT)
+            assert ran.status_code == 200 and ran.json()["run_result"]["stdout"] == f"{n}\n", ran.text
+            answered_by.add(ran.headers["x-sandbox-replica"])
+        assert requests.delete(f"{deployed}/v1/sessions/{session_id}",
+                               timeout=TIMEOUT).status_code == 204
+        return session_id, answered_by
+
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(session, range(50)))
+    owners = {session_id.rsplit("-", 1)[0] for session_id, _ in results}
+    assert len(owners) == 2, owners  # sessions live on both nodes
+    for session_id, answered_by in results:
+        assert answered_by <= {session_id.rsplit("-", 1)[0]}  # the owner answered every call
+
+
+def test_sdk_and_verl_at_the_one_url_get_right_results(deployed):
+    import sandbox_fusion
+
+    sandbox_fusion.set_endpoint(deployed)
+    result = sandbox_fusion.run_code(sandbox_fusion.RunCodeRequest(
+        code="print(input()[::-1])", language="python", stdin="olleh"))
+    assert result.status == sandbox_fusion.RunStatus.Success and result.run_result.stdout == "hello\n"
+
+    check_correctness = load_check_correctness()
+    cases = {"inputs": ["1 2\n", "3 4\n", "10 -3\n"], "outputs": ["3\n", "7\n", "7\n"]}
+    right = "a, b = map(int, input().split())\nprint(a + b)"
+    wrong = "a, b = map(int, input().split())\nprint(a - b)"
+    verdicts, _ = check_correctness(f"{deployed}/run_code", cases, right, timeout=10,
+                                    language="python")
+    assert verdicts == [True, True, True]
+    verdicts, _ = check_correctness(f"{deployed}/run_code", cases, wrong, timeout=10,
+                                    language="python")
+    assert verdicts == [False, False, False]
+
+
+def test_handle_api_evaluates_a_batch_and_keeps_sessions(deployed):
+    from sandbox.ray import Sandbox
+
+    async def scenario():
+        sandbox = Sandbox()
+        tests = [{"stdin": f"{a} {b}\n", "expected_output": f"{a + b}\n"} for a, b in ((1, 2), (5, 8))]
+        batch = [{"language": "python", "tests": tests,
+                  "code": "a, b = map(int, input().split())\nprint(a + b" + (")" if i % 2 else " + 1)")}
+                 for i in range(8)]
+        results = await sandbox.evaluate_batch(batch)
+        assert [r["accepted"] for r in results] == [bool(i % 2) for i in range(8)]
+        made = await sandbox.create_session({"language": "python"})
+        for n in range(1, 4):
+            ran = await sandbox.run_in_session(made["session_id"], {"language": "python",
+                                                                    "code": COUNTER})
+            assert ran["run_result"]["stdout"] == f"{n}\n"
+        await sandbox.delete_session(made["session_id"])
+
+    asyncio.run(scenario())
+
+
+def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffic(
+        cluster, deployed, tmp_path):
+    """Stateless calls through the handle API whose replica dies are sent again (counted);
+    sessions on the dead node answer 410 while the others keep working; the replica Serve
+    could not place waits for a node, and the node added takes traffic."""
+    from sandbox.ray import Sandbox, replicas
+
+    ray_cluster, workers = cluster
+    before = replicas()
+    doomed_node = workers[0].node_id
+    doomed = next(name for name, node in before.items() if node == doomed_node)
+    survivor = next(name for name in before if name != doomed)
+
+    # Sessions on both replicas.
+    with SandboxClient(deployed) as client:
+        sessions = []
+        with ThreadPoolExecutor(8) as pool:  # at once, as a trainer opens them: spread by load
+            while len(sessions) < 64 and not all(
+                    any(s.id.startswith(name + "-") for s in sessions) for name in before):
+                sessions += pool.map(lambda _: client.session("python").open(), range(8))
+        by_owner = {name: [s for s in sessions if s.id.startswith(name + "-")] for name in before}
+        assert all(by_owner.values()), {k: len(v) for k, v in by_owner.items()}
+        for opened in sessions:
+            assert opened.run(COUNTER).run_result.stdout == "1\n"
+
+        async def load() -> tuple[list[dict], int]:
+            sandbox = Sandbox()
+            calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
+                                       "code": f"import time\ntime.sleep(1.5)\nprint({i})"})
+                     for i in range(24)]
+            killer = asyncio.get_running_loop().run_in_executor(None, _kill_after, ray_cluster,
+                                                                workers[0], 0.8)
+            results = await asyncio.gather(*calls)
+            await killer
+            return results, sandbox.retried
+
+        results, retried = asyncio.run(load())
+        assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(24)]
+        assert retried > 0  # the calls in flight on the dead node were sent again
+
+        for opened in by_owner[doomed]:
+            with pytest.raises(SandboxSessionLost, match=doomed):
+                opened.run(COUNTER)
+        lost = requests.post(f"{deployed}/run_code", json={
+            "language": "python", "code": "print(n)", "session_id": by_owner[doomed][0].id},
+            timeout=TIMEOUT)
+        assert lost.status_code == 410 and lost.json()["error_kind"] == "session_lost"
+        for opened in by_owner[survivor]:
+            assert opened.run(COUNTER).run_result.stdout == "2\n"
+            opened.close()
+
+    # Serve keeps two replicas wanted: the second waits for a sandbox node, and takes one added.
+    added = ray_cluster.add_node(**SANDBOX_NODE)
+    deadline = time.monotonic() + 120
+    while added.node_id not in replicas().values():
+        assert time.monotonic() < deadline, f"no replica on the added node: {replicas()}"
+        time.sleep(1)
+    newcomer = next(name for name, node in replicas().items() if node == added.node_id)
+    with ThreadPoolExecutor(8) as pool:
+        answered_by = list(pool.map(lambda i: requests.post(f"{deployed}/run_code", json={
+            "language": "python", "code": f"print({i})"}, timeout=TIMEOUT).headers["x-sandbox-replica"],
+            range(32)))
+    assert newcomer in answered_by and survivor in answered_by, answered_by
+    # What the dead replica left on this machine goes when a server of its instance next
+    # starts there (here: a replica would, on its node; a plain server does the same).
+    with running_server(tmp_path, instance=_instance(doomed_node), backend="oci"):
+        pass
+
+
+def _kill_after(ray_cluster, node, delay_s: float) -> None:
+    time.sleep(delay_s)
+    ray_cluster.remove_node(node, allow_graceful=False)
