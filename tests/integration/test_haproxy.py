@@ -47,7 +47,8 @@ CONFIG = REPO_ROOT / "deploy" / "haproxy" / "haproxy.cfg"
 PEERS = REPO_ROOT / "deploy" / "haproxy" / "peers.cfg"
 REQUIRE_HAPROXY = os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1"
 FLEET_NAME = "sandboxes.fleet.test"
-MAXCONN = 4            # each server's SANDBOX_MAX_CONCURRENCY, and HAProxy's maxconn for it
+CONCURRENCY = 2        # each server's SANDBOX_MAX_CONCURRENCY
+MAXCONN = 4            # HAProxy's maxconn per server: twice that, as deploy/ sets it
 TIMEOUT = 120
 VERL_VERSION = "0.9.1"
 VERL_MODULE = "verl.utils.reward_score.sandbox_fusion.utils"
@@ -131,7 +132,7 @@ class Fleet:
         """A server on ``host``, started and added to the fleet's DNS name."""
         name = f"hx-{len(self.servers)}-{uuid.uuid4().hex[:6]}"
         instance = f"pytest-{name}"
-        settings = dict(backend="oci", host=host, port=self.port, max_concurrency=MAXCONN,
+        settings = dict(backend="oci", host=host, port=self.port, max_concurrency=CONCURRENCY,
                         replica=name)
         proc, url = start_server(self.log_dir, instance, **settings)
         server = Server(name, instance, url, f"{host}:{self.port}", proc)
