@@ -232,27 +232,71 @@ def test_haproxy_replicas_share_the_session_table():
     assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
 
 
-def test_haproxy_accepts_its_kubernetes_settings():
-    """HAProxy's own parser, given the StatefulSet's environment and the peers section that
-    start.sh writes for replica 0 (the other replica at a local address: no cluster DNS here)."""
+def _haproxy_check(env: dict[str, str], peers: str, local_peer: str | None = None) -> None:
+    """HAProxy's own parser on deploy/haproxy/haproxy.cfg with ``env`` and a peers section."""
     if shutil.which("haproxy") is None:
         if os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1":
             pytest.fail("haproxy is not installed")
         pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg") as peers_file:
+        peers_file.write(peers)
+        peers_file.flush()
+        command = ["haproxy", "-c", *(["-L", local_peer] if local_peer else []),
+                   "-f", str(DEPLOY / "haproxy" / "haproxy.cfg"), "-f", peers_file.name]
+        check = subprocess.run(command, env={"PATH": os.environ["PATH"], **env},
+                               capture_output=True, text=True)
+    output = check.stdout + check.stderr
+    assert check.returncode == 0 and "Warnings were found" not in output, output
+
+
+def test_haproxy_accepts_its_kubernetes_settings():
+    """The StatefulSet's environment, and the peers section start.sh writes for replica 0
+    (the other replica at a local address: no cluster DNS here)."""
     env = {name: value for name, value in _haproxy_env().items() if isinstance(value, str)}
     env["SANDBOX_PROXY_SOCKET"] = "/tmp/unused.sock"  # -c binds nothing
     ordinals = range(_by_kind("StatefulSet", HAPROXY)["spec"]["replicas"])
     peers = "peers sandbox\n    bind :10000\n" + "".join(
         f"    server {HAPROXY}-{i}\n" if i == 0 else f"    server {HAPROXY}-{i} 127.0.0.1:{10000 + i}\n"
         for i in ordinals)
-    with tempfile.NamedTemporaryFile("w", suffix=".cfg") as peers_file:
-        peers_file.write(peers)
-        peers_file.flush()
-        check = subprocess.run(["haproxy", "-c", "-L", f"{HAPROXY}-0", "-f", str(DEPLOY / "haproxy" / "haproxy.cfg"),
-                                "-f", peers_file.name], env={"PATH": os.environ["PATH"], **env},
-                               capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    assert "Warnings were found" not in check.stdout + check.stderr, check.stdout + check.stderr
+    _haproxy_check(env, peers, f"{HAPROXY}-0")
+
+
+def _env_file(path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
+    pairs = [line.split("=", 1) for line in path.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    return {key.strip(): value.strip().strip('"') for key, value in pairs}
+
+
+def test_vm_fleet_files_agree():
+    """deploy/systemd (a server per machine) and deploy/haproxy (HAProxy, dnsmasq, the list)."""
+    unit = (DEPLOY / "systemd" / "llm-sandbox.service").read_text()
+    server_env = _env_file(DEPLOY / "systemd" / "llm-sandbox.env")
+    assert "EnvironmentFile=/etc/default/llm-sandbox" in unit
+    assert not _setting_names(server_env), f"no server setting is called {_setting_names(server_env)}"
+    proxy_env = _env_file(DEPLOY / "haproxy" / "haproxy.env")
+    shipped = (DEPLOY / "haproxy" / "haproxy.cfg").read_text()
+    read = set(re.findall(r"\$\{(SANDBOX_\w+)", shipped))
+    assert {k for k in proxy_env if k.startswith("SANDBOX_")} <= read
+    assert "-f /etc/haproxy/peers.cfg" in proxy_env["EXTRAOPTS"]
+    assert int(proxy_env["SANDBOX_SERVER_MAXCONN"]) == 2 * int(server_env["SANDBOX_MAX_CONCURRENCY"])
+    # HAProxy asks dnsmasq for the name fleet.hosts lists, on the servers' port.
+    dnsmasq = dict(line.split("=", 1) for line in (DEPLOY / "haproxy" / "dnsmasq.conf").read_text().splitlines()
+                   if "=" in line and not line.startswith("#"))
+    assert proxy_env["SANDBOX_NAMESERVER"] == f"{dnsmasq['listen-address']}:{dnsmasq['port']}"
+    name, port = proxy_env["SANDBOX_SERVERS"].rsplit(":", 1)
+    assert port == server_env["SANDBOX_PORT"]
+    listed = [line.split() for line in (DEPLOY / "haproxy" / "fleet.hosts").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert listed and all(names == [name] for _, *names in listed)
+    assert dnsmasq["addn-hosts"].endswith("/fleet.hosts")
+    if shutil.which("dnsmasq"):
+        test = subprocess.run(["dnsmasq", "--test", f"--conf-file={DEPLOY / 'haproxy' / 'dnsmasq.conf'}"],
+                              capture_output=True, text=True)
+        assert test.returncode == 0, test.stderr
+    env = {k: v for k, v in proxy_env.items() if k.startswith("SANDBOX_")}
+    env["SANDBOX_PROXY_SOCKET"] = "/tmp/unused.sock"
+    _haproxy_check(env, (DEPLOY / "haproxy" / "peers.cfg").read_text())  # its localpeer
 
 
 def _allows(rules: list[dict], side: str, port: int, labels: dict | None = None,
