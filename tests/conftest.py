@@ -134,8 +134,10 @@ def backend_name(request, docker_ready) -> str:
 
 def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
                  **settings) -> tuple[subprocess.Popen, str]:
-    """Start a real server process with SANDBOX_* ``settings``; return it and its URL once it answers."""
-    port = _free_port()
+    """Start a real server process with SANDBOX_* ``settings``; return it and its URL once it
+    answers. ``host`` and ``port`` among them place it (default: 127.0.0.1, a free port)."""
+    port = int(settings.pop("port", 0)) or _free_port()
+    host = str(settings.get("host", "127.0.0.1"))
     # Uploaded assets of a test server stay in its own folder, not the host's state_dir.
     settings.setdefault("assets_dir", log_dir / f"assets-{instance}")
     settings = stretch_server_settings(settings)
@@ -145,7 +147,7 @@ def start_server(log_dir: Path, instance: str, extra_env: dict | None = None,
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "sandbox", "serve"], env=env,
                                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{host}:{port}"
     deadline = time.monotonic() + scaled(60)
     while True:
         try:

@@ -9,8 +9,11 @@ from __future__ import annotations
 import copy
 import importlib.resources
 import json
+import os
 import re
-from urllib.parse import urlsplit
+import shutil
+import subprocess
+import tempfile
 
 import jsonschema
 import kubernetes_validate
@@ -48,22 +51,27 @@ def _manifests() -> list[tuple[str, dict]]:
     return docs
 
 
-def _by_kind(kind: str) -> dict:
-    found = [doc for _, doc in _manifests() if doc["kind"] == kind]
-    assert len(found) == 1, f"expected one {kind} in deploy/kubernetes, found {len(found)}"
+def _by_kind(kind: str, name: str = "llm-sandbox") -> dict:
+    """The one object of this kind and name (the sandbox servers' unless named)."""
+    found = [doc for _, doc in _manifests() if doc["kind"] == kind and doc["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name} in deploy/kubernetes, found {len(found)}"
     return found[0]
 
 
-def _service(headless: bool) -> dict:
-    """The one ClusterIP Service clients use, or the one headless Service for the pods' names."""
-    found = [doc for _, doc in _manifests() if doc["kind"] == "Service"
-             and (doc["spec"].get("clusterIP") == "None") == headless]
-    assert len(found) == 1, f"expected one {'headless' if headless else 'ClusterIP'} Service, found {len(found)}"
-    return found[0]
+HAPROXY = "llm-sandbox-haproxy"   # the HAProxy objects' name
+SERVERS = "llm-sandbox-peers"      # the headless Service that lists the sandbox pods
 
 
-def _container() -> dict:
-    return _by_kind("StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+def _pod_labels(name: str = "llm-sandbox") -> dict:
+    return _by_kind("StatefulSet", name)["spec"]["template"]["metadata"]["labels"]
+
+
+def _container(name: str = "llm-sandbox") -> dict:
+    return _by_kind("StatefulSet", name)["spec"]["template"]["spec"]["containers"][0]
+
+
+def _port(container: dict, name: str) -> int:
+    return next(p["containerPort"] for p in container["ports"] if p["name"] == name)
 
 
 def _server_env() -> dict[str, str | dict]:
@@ -102,7 +110,10 @@ def test_schema_validation_rejects_an_unknown_field():
 def test_every_kubernetes_object_is_there_and_in_one_namespace():
     kinds = sorted(doc["kind"] for _, doc in _manifests())
     assert kinds == sorted(["Namespace", "ConfigMap", "StatefulSet", "Service", "Service",
-                            "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy"])
+                            "HorizontalPodAutoscaler", "PodDisruptionBudget", "NetworkPolicy",
+                            # HAProxy in front (haproxy.yaml)
+                            "ConfigMap", "StatefulSet", "Service", "PodDisruptionBudget",
+                            "NetworkPolicy"])
     namespace = _by_kind("Namespace")["metadata"]["name"]
     for name, doc in _manifests():
         if doc["kind"] != "Namespace":
@@ -111,36 +122,44 @@ def test_every_kubernetes_object_is_there_and_in_one_namespace():
 
 
 def test_selectors_and_references_meet():
-    statefulset = _by_kind("StatefulSet")
-    pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
-    assert statefulset["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert _service(headless=False)["spec"]["selector"].items() <= pod_labels.items()
-    assert _by_kind("PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
-    assert _by_kind("NetworkPolicy")["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    for name in ("llm-sandbox", HAPROXY):
+        statefulset = _by_kind("StatefulSet", name)
+        pod_labels = _pod_labels(name)
+        assert statefulset["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert _by_kind("PodDisruptionBudget", name)["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+        assert _by_kind("NetworkPolicy", name)["spec"]["podSelector"]["matchLabels"] == pod_labels
+        container = _container(name)
+        port_names = {p["name"] for p in container["ports"]}
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"]["port"] in port_names, (name, probe)
+        pod = statefulset["spec"]["template"]["spec"]
+        assert {m["name"] for m in container["volumeMounts"]} == {v["name"] for v in pod["volumes"]}
+    # The two kinds of pods are told apart by their labels.
+    assert not _pod_labels().items() <= _pod_labels(HAPROXY).items()
+    assert not _pod_labels(HAPROXY).items() <= _pod_labels().items()
+    # Clients reach HAProxy, never a sandbox pod directly.
+    service = _by_kind("Service")
+    assert service["spec"]["selector"].items() <= _pod_labels(HAPROXY).items()
+    assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in _container(HAPROXY)["ports"]}
     target = _by_kind("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
-    assert (target["kind"], target["name"]) == ("StatefulSet", statefulset["metadata"]["name"])
-    container = statefulset["spec"]["template"]["spec"]["containers"][0]
-    port_names = {p["name"] for p in container["ports"]}
-    assert _service(headless=False)["spec"]["ports"][0]["targetPort"] in port_names
+    assert (target["kind"], target["name"]) == ("StatefulSet", "llm-sandbox")
+    container = _container()
     assert container["envFrom"][0]["configMapRef"]["name"] == _by_kind("ConfigMap")["metadata"]["name"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] in ("/healthz", "/v1/ping")
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["port"] in port_names, probe
-    mounts = {m["name"] for m in container["volumeMounts"]}
-    assert mounts == {v["name"] for v in statefulset["spec"]["template"]["spec"]["volumes"]}
+    assert container["startupProbe"]["httpGet"]["port"] == "http"
 
 
 def test_statefulset_names_its_pods_through_a_headless_service():
-    """Sessions live in one pod: every pod needs a stable name that the others can resolve."""
+    """Sessions live in one pod, named in their ids; HAProxy lists the pods by one DNS name."""
     statefulset = _by_kind("StatefulSet")
     spec = statefulset["spec"]
-    headless, service = _service(headless=True), _service(headless=False)
-    assert spec["serviceName"] == headless["metadata"]["name"] != service["metadata"]["name"]
-    assert headless["spec"]["selector"] == service["spec"]["selector"]
-    assert headless["spec"]["selector"].items() <= spec["template"]["metadata"]["labels"].items()
-    assert headless["spec"]["ports"] == service["spec"]["ports"]
-    assert headless["spec"]["publishNotReadyAddresses"] is False
+    headless = _by_kind("Service", SERVERS)
+    assert spec["serviceName"] == SERVERS and headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["selector"].items() <= _pod_labels().items()
+    assert headless["spec"]["ports"][0]["port"] == _port(_container(), "http")
+    # HAProxy checks /readyz itself; a pod briefly unready keeps its place in the DNS answer.
+    assert headless["spec"]["publishNotReadyAddresses"] is True
     assert spec["podManagementPolicy"] == "Parallel"
     assert spec["updateStrategy"]["type"] == "RollingUpdate"
     # Every pod name the autoscaler can make (<name>-<ordinal>) is a valid replica name.
@@ -149,46 +168,181 @@ def test_statefulset_names_its_pods_through_a_headless_service():
     assert re.fullmatch(replica_pattern, f"{statefulset['metadata']['name']}-{last}")
 
 
-def test_sessions_are_forwarded_to_the_owning_pod_by_its_name():
+def test_session_ids_carry_the_pod_name_and_nothing_forwards():
     env = _server_env()
     assert env["SANDBOX_REPLICA"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["SANDBOX_INSTANCE"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-    assert "SANDBOX_PEERS" not in env, "the template names every pod, now and after scaling"
-    template = env["SANDBOX_PEER_URL_TEMPLATE"]
-    url = urlsplit(template)
+    assert not [name for name in env if name.startswith("SANDBOX_PEER")], \
+        "servers no longer forward to each other: HAProxy routes sessions"
+
+
+def _haproxy_env() -> dict[str, str | dict]:
+    return {item["name"]: item.get("value", item.get("valueFrom")) for item in _container(HAPROXY)["env"]}
+
+
+def _start_script() -> str:
+    return _by_kind("ConfigMap", HAPROXY)["data"]["start.sh"]
+
+
+def test_haproxy_runs_the_shipped_config_over_the_sandbox_pods():
+    data = _by_kind("ConfigMap", HAPROXY)["data"]
+    shipped = (DEPLOY / "haproxy" / "haproxy.cfg").read_text()
+    assert data["haproxy.cfg"] == shipped, "copy deploy/haproxy/haproxy.cfg into haproxy.yaml's ConfigMap"
+    container = _container(HAPROXY)
+    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == "config")
+    assert container["command"] == ["sh", f"{mount}/start.sh"]
+    assert f"-f {mount}/haproxy.cfg -f " in _start_script()
+    env = _haproxy_env()
+    # Every variable set is one haproxy.cfg reads, and the one it requires is set.
+    read = set(re.findall(r"\$\{(SANDBOX_\w+)", shipped))
+    assert set(env) <= read, f"haproxy.cfg reads no {set(env) - read}"
     namespace = _by_kind("Namespace")["metadata"]["name"]
-    headless = _service(headless=True)["metadata"]["name"]
-    assert url.scheme == "http" and url.path in ("", "/")
-    assert re.fullmatch(rf"\{{replica\}}\.{re.escape(headless)}\.{re.escape(namespace)}\.svc(\.[a-z0-9.-]+)?",
-                        url.hostname), url.hostname
-    assert url.port == _container()["ports"][0]["containerPort"]
-    assert template.count("{replica}") == 1
+    assert env["SANDBOX_SERVERS"] == f"{SERVERS}.{namespace}.svc.cluster.local:{_port(_container(), 'http')}"
+    assert int(env["SANDBOX_SERVER_SLOTS"]) >= _by_kind("HorizontalPodAutoscaler")["spec"]["maxReplicas"]
+    assert env["SANDBOX_PROXY_BIND"] == f":{_port(container, 'http')}"
+    assert env["SANDBOX_PROXY_STATS_BIND"] == f":{_port(container, 'stats')}"
+    # HAProxy lets a pod hold more requests than its sandboxes, so its own queue (what the
+    # autoscaler reads) can pass the autoscaler's target.
+    concurrency = int(_by_kind("ConfigMap")["data"]["SANDBOX_MAX_CONCURRENCY"])
+    target, = [float(m["pods"]["target"]["averageValue"])
+               for m in _by_kind("HorizontalPodAutoscaler")["spec"]["metrics"] if m["type"] == "Pods"]
+    assert int(env["SANDBOX_SERVER_MAXCONN"]) - concurrency > target
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "monitor-uri /healthz" in shipped
+    assert int(env["SANDBOX_PROXY_THREADS"]) <= int(container["resources"]["limits"]["cpu"])
 
 
-def test_network_policy_lets_the_pods_forward_to_each_other():
-    policy = _by_kind("NetworkPolicy")["spec"]
-    pod_labels = _by_kind("StatefulSet")["spec"]["template"]["metadata"]["labels"]
-    port = _container()["ports"][0]["containerPort"]
+def test_haproxy_replicas_share_the_session_table():
+    statefulset = _by_kind("StatefulSet", HAPROXY)
+    script = _start_script()
+    ordinals = re.search(r'^replicas="([0-9 ]+)"', script, re.M).group(1).split()
+    assert ordinals == [str(i) for i in range(statefulset["spec"]["replicas"])]
+    assert statefulset["spec"]["replicas"] >= 2
+    peers = _by_kind("Service", statefulset["spec"]["serviceName"])
+    assert peers["spec"]["clusterIP"] == "None" and peers["spec"]["publishNotReadyAddresses"] is True
+    assert peers["spec"]["selector"].items() <= _pod_labels(HAPROXY).items()
+    port = _port(_container(HAPROXY), "peers")
+    namespace = _by_kind("Namespace")["metadata"]["name"]
+    assert f'name="{HAPROXY}-$i"' in script
+    assert f'host="$name.{peers["metadata"]["name"]}.{namespace}.svc.cluster.local"' in script
+    assert f"bind :{port}" in script and f"$host:{port}" in script
+    # The section start.sh writes is the one haproxy.cfg's table names.
+    table = re.search(r"^\s*stick-table .*\bpeers (\S+)", (DEPLOY / "haproxy" / "haproxy.cfg").read_text(), re.M)
+    assert f"peers {table.group(1)}\\n" in script
+    assert subprocess.run(["sh", "-n"], input=script, text=True).returncode == 0
 
-    def pods_on_port(rules, side):
-        """Whether a rule lets this namespace's sandbox pods through on ``port`` (TCP)."""
-        for rule in rules:
-            ports = rule.get("ports")
-            port_ok = not ports or any(p.get("port") in (port, "http") and p.get("protocol", "TCP") == "TCP"
-                                       for p in ports)
-            peers = rule.get(side)
-            peer_ok = not peers or any("namespaceSelector" not in peer and "ipBlock" not in peer
-                                       and peer["podSelector"]["matchLabels"].items() <= pod_labels.items()
-                                       for peer in peers)
-            if port_ok and peer_ok:
+
+def _haproxy_check(env: dict[str, str], peers: str, local_peer: str | None = None) -> None:
+    """HAProxy's own parser on deploy/haproxy/haproxy.cfg with ``env`` and a peers section."""
+    if shutil.which("haproxy") is None:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1":
+            pytest.fail("haproxy is not installed")
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    with tempfile.NamedTemporaryFile("w", suffix=".cfg") as peers_file:
+        peers_file.write(peers)
+        peers_file.flush()
+        command = ["haproxy", "-c", *(["-L", local_peer] if local_peer else []),
+                   "-f", str(DEPLOY / "haproxy" / "haproxy.cfg"), "-f", peers_file.name]
+        check = subprocess.run(command, env={"PATH": os.environ["PATH"], **env},
+                               capture_output=True, text=True)
+    output = check.stdout + check.stderr
+    assert check.returncode == 0 and "Warnings were found" not in output, output
+
+
+def test_haproxy_accepts_its_kubernetes_settings():
+    """The StatefulSet's environment, and the peers section start.sh writes for replica 0
+    (the other replica at a local address: no cluster DNS here)."""
+    env = {name: value for name, value in _haproxy_env().items() if isinstance(value, str)}
+    env["SANDBOX_PROXY_SOCKET"] = "/tmp/unused.sock"  # -c binds nothing
+    ordinals = range(_by_kind("StatefulSet", HAPROXY)["spec"]["replicas"])
+    peers = "peers sandbox\n    bind :10000\n" + "".join(
+        f"    server {HAPROXY}-{i}\n" if i == 0 else f"    server {HAPROXY}-{i} 127.0.0.1:{10000 + i}\n"
+        for i in ordinals)
+    _haproxy_check(env, peers, f"{HAPROXY}-0")
+
+
+def _env_file(path) -> dict[str, str]:
+    """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
+    pairs = [line.split("=", 1) for line in path.read_text().splitlines()
+             if line.strip() and not line.lstrip().startswith("#")]
+    return {key.strip(): value.strip().strip('"') for key, value in pairs}
+
+
+def test_vm_fleet_files_agree():
+    """deploy/systemd (a server per machine) and deploy/haproxy (HAProxy, dnsmasq, the list)."""
+    unit = (DEPLOY / "systemd" / "llm-sandbox.service").read_text()
+    server_env = _env_file(DEPLOY / "systemd" / "llm-sandbox.env")
+    assert "EnvironmentFile=/etc/default/llm-sandbox" in unit
+    assert not _setting_names(server_env), f"no server setting is called {_setting_names(server_env)}"
+    proxy_env = _env_file(DEPLOY / "haproxy" / "haproxy.env")
+    shipped = (DEPLOY / "haproxy" / "haproxy.cfg").read_text()
+    read = set(re.findall(r"\$\{(SANDBOX_\w+)", shipped))
+    assert {k for k in proxy_env if k.startswith("SANDBOX_")} <= read
+    assert "-f /etc/haproxy/peers.cfg" in proxy_env["EXTRAOPTS"]
+    assert int(proxy_env["SANDBOX_SERVER_MAXCONN"]) == 2 * int(server_env["SANDBOX_MAX_CONCURRENCY"])
+    # HAProxy asks dnsmasq for the name fleet.hosts lists, on the servers' port.
+    dnsmasq = dict(line.split("=", 1) for line in (DEPLOY / "haproxy" / "dnsmasq.conf").read_text().splitlines()
+                   if "=" in line and not line.startswith("#"))
+    assert proxy_env["SANDBOX_NAMESERVER"] == f"{dnsmasq['listen-address']}:{dnsmasq['port']}"
+    name, port = proxy_env["SANDBOX_SERVERS"].rsplit(":", 1)
+    assert port == server_env["SANDBOX_PORT"]
+    listed = [line.split() for line in (DEPLOY / "haproxy" / "fleet.hosts").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    assert listed and all(names == [name] for _, *names in listed)
+    assert dnsmasq["addn-hosts"].endswith("/fleet.hosts")
+    if shutil.which("dnsmasq"):
+        test = subprocess.run(["dnsmasq", "--test", f"--conf-file={DEPLOY / 'haproxy' / 'dnsmasq.conf'}"],
+                              capture_output=True, text=True)
+        assert test.returncode == 0, test.stderr
+    env = {k: v for k, v in proxy_env.items() if k.startswith("SANDBOX_")}
+    env["SANDBOX_PROXY_SOCKET"] = "/tmp/unused.sock"
+    _haproxy_check(env, (DEPLOY / "haproxy" / "peers.cfg").read_text())  # its localpeer
+
+
+def _allows(rules: list[dict], side: str, port: int, labels: dict | None = None,
+            namespace: str | None = None) -> bool:
+    """Whether one of ``rules`` (a NetworkPolicy's ingress or egress) lets pods with ``labels``
+    in this namespace, or anything in ``namespace``, through on TCP ``port``."""
+    for rule in rules:
+        if not any(p.get("port") == port and p.get("protocol", "TCP") == "TCP" for p in rule.get("ports", [])):
+            continue
+        for peer in rule.get(side, []):
+            if labels is not None and "namespaceSelector" not in peer and "podSelector" in peer \
+                    and peer["podSelector"]["matchLabels"].items() <= labels.items():
                 return True
-        return False
+            if namespace is not None and "podSelector" not in peer and peer.get("namespaceSelector", {}) \
+                    .get("matchLabels") == {"kubernetes.io/metadata.name": namespace}:
+                return True
+    return False
 
-    assert {"Ingress", "Egress"} <= set(policy["policyTypes"])
-    assert pods_on_port(policy["ingress"], "from"), "peers cannot reach a pod to forward to it"
-    assert pods_on_port(policy["egress"], "to"), "a pod cannot reach its peers to forward"
-    dns = [p for rule in policy["egress"] for p in rule.get("ports", []) if p["port"] == 53]
-    assert {p["protocol"] for p in dns} == {"UDP", "TCP"}, "peer names must resolve"
+
+def test_network_policies_let_clients_reach_haproxy_and_only_haproxy_the_servers():
+    servers, proxy = _by_kind("NetworkPolicy")["spec"], _by_kind("NetworkPolicy", HAPROXY)["spec"]
+    http, proxy_http = _port(_container(), "http"), _port(_container(HAPROXY), "http")
+    peers, stats = _port(_container(HAPROXY), "peers"), _port(_container(HAPROXY), "stats")
+    # Sandbox pods: HAProxy and Prometheus in, nothing out (not even DNS: nothing to call).
+    assert {"Ingress", "Egress"} <= set(servers["policyTypes"]) and servers["egress"] == []
+    assert _allows(servers["ingress"], "from", http, labels=_pod_labels(HAPROXY))
+    assert _allows(servers["ingress"], "from", http, namespace="monitoring")
+    assert not _allows(servers["ingress"], "from", http, labels=_pod_labels()), \
+        "sandbox pods no longer call each other"
+    assert not _allows(servers["ingress"], "from", http, labels={"llm-sandbox-client": "true"}), \
+        "clients go through HAProxy"
+    assert all("namespaceSelector" not in peer or "podSelector" not in peer
+               for rule in servers["ingress"] for peer in rule["from"]), "no client from other namespaces"
+    # HAProxy: clients in (any namespace), its peer, Prometheus; out to the pods, its peer, DNS.
+    assert {"Ingress", "Egress"} <= set(proxy["policyTypes"])
+    clients = [peer for rule in proxy["ingress"] for peer in rule["from"]
+               if peer.get("podSelector", {}).get("matchLabels") == {"llm-sandbox-client": "true"}]
+    assert clients and all(peer.get("namespaceSelector") == {} for peer in clients)
+    assert any(p["port"] == proxy_http for rule in proxy["ingress"] for p in rule["ports"]
+               if any(peer in clients for peer in rule["from"]))
+    assert _allows(proxy["ingress"], "from", peers, labels=_pod_labels(HAPROXY))
+    assert _allows(proxy["ingress"], "from", stats, namespace="monitoring")
+    assert _allows(proxy["egress"], "to", http, labels=_pod_labels())
+    assert _allows(proxy["egress"], "to", peers, labels=_pod_labels(HAPROXY))
+    dns = [p for rule in proxy["egress"] for p in rule.get("ports", []) if p["port"] == 53]
+    assert {p["protocol"] for p in dns} == {"UDP", "TCP"}, "the pods' DNS name must resolve"
 
 
 def test_configured_settings_exist_and_fit_the_pod():
