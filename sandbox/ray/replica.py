@@ -5,6 +5,7 @@ runtimes. Ray Serve's proxies are the URL, its router (``router.py``) the load b
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -28,6 +29,10 @@ NODE_RESOURCE = "sandbox"
 LOCAL = "http://replica"
 # Set on a call the router already sent by its session id: a second miss means the owner is gone.
 SESSION_HEADER = "x-session-id"
+# Ray workers run uvloop when it is installed (uvicorn[standard] brings it); its pipe transports
+# close a descriptor twice (sandbox/cli.py, EVENT_LOOP), which under load broke session calls
+# here with EBADF. The replicas run asyncio's own loop.
+REPLICA_ENVIRONMENT = {"RAY_USE_UVLOOP": "0"}
 
 
 class SandboxReplica:
@@ -36,6 +41,10 @@ class SandboxReplica:
     replacing a dead one on the same node removes what the dead one left."""
 
     def __init__(self, settings: dict | None = None) -> None:
+        loop = asyncio.get_event_loop_policy().get_event_loop()
+        if type(loop).__module__.startswith("uvloop"):
+            raise RuntimeError(f"the sandbox replica runs on uvloop ({type(loop)}), whose pipes "
+                               f"close descriptors twice; start it with RAY_USE_UVLOOP=0")
         context = serve.get_replica_context()
         node = ray.get_runtime_context().get_node_id()
         self.node_id = node
@@ -98,7 +107,8 @@ def sandbox_deployment(*, min_replicas: int, max_replicas: int, max_ongoing_requ
     ingress = serve.ingress()(SandboxReplica)
     return serve.deployment(
         name=DEPLOYMENT,
-        ray_actor_options={"num_cpus": 0, "resources": {NODE_RESOURCE: 0.001}},
+        ray_actor_options={"num_cpus": 0, "resources": {NODE_RESOURCE: 0.001},
+                           "runtime_env": {"env_vars": REPLICA_ENVIRONMENT}},
         max_replicas_per_node=1,
         max_ongoing_requests=max_ongoing_requests,
         autoscaling_config={"min_replicas": min_replicas, "max_replicas": max_replicas,
