@@ -182,12 +182,12 @@ def main() -> int:
             print(f"  humaneval {target:6} {row['rate']:6.1f}/s  CPU {row['cpu_ms']:5.1f} ms/program  "
                   f"verdicts equal {row['equal']}/{row['programs']}  no verdict {row['no_verdict']}",
                   flush=True)
-    print(f"\n| program | target | p50 at 1 | req/s at 8 | vs sf | CPU/request |\n|---|---|---|---|---|---|")
+    print("\n| program | target | p50 at 1 | req/s at 8 | vs sf | CPU/request |\n|---|---|---|---|---|---|")
     for row in result["programs"]:
         print(f"| {row['program']} | {row['target']} | {row['p50_ms']:.0f} ms | {row['rate']:.1f} | "
               f"{ratio(result['programs'], row, 'rate')} | {row['cpu_ms']:.0f} ms |")
     if result["humaneval"]:
-        print(f"\n| HumanEval 492, 16 in flight | programs/s | vs sf | verdicts = local | CPU/program |\n|---|---|---|---|---|")
+        print("\n| HumanEval 492, 16 in flight | programs/s | vs sf | verdicts = local | CPU/program |\n|---|---|---|---|---|")
         sf = next((r for r in result["humaneval"] if r["target"] == "sf"), None)
         for row in result["humaneval"]:
             vs = f"{row['rate'] / sf['rate']:.2f}x" if sf else ""

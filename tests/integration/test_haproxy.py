@@ -18,16 +18,12 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import importlib
-import importlib.util
 import os
 import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
-import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +36,7 @@ from sandbox.config import REPO_ROOT
 
 from ..conftest import _oci_problem, assert_nothing_left, running_server, start_server
 from ..timescale import scaled
+from ..verl_support import load_check_correctness
 
 pytestmark = [pytest.mark.docker, pytest.mark.multinode]
 
@@ -50,8 +47,6 @@ FLEET_NAME = "sandboxes.fleet.test"
 CONCURRENCY = 2        # each server's SANDBOX_MAX_CONCURRENCY
 MAXCONN = 4            # HAProxy's maxconn per server: twice that, as deploy/ sets it
 TIMEOUT = 120
-VERL_VERSION = "0.9.1"
-VERL_MODULE = "verl.utils.reward_score.sandbox_fusion.utils"
 COUNTER = "n = globals().get('n', 0) + 1\nprint(n)"  # a session's state: its call count
 
 
@@ -263,39 +258,6 @@ def test_sandbox_fusion_sdk_through_one_url(fleet, monkeypatch):
     assert [a.run_result.stdout for a in answers] == [f"{i}cba\n" for i in range(6)]
 
 
-def _pip_install_verl() -> None:
-    # --no-deps: verl's training stack (torch, ray) is not needed for check_correctness.
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--ignore-requires-python", f"verl=={VERL_VERSION}"], check=True, timeout=600)
-    importlib.invalidate_caches()
-
-
-def _forget_verl() -> None:
-    for name in [n for n in sys.modules if n == "verl" or n.startswith("verl.")]:
-        del sys.modules[name]
-
-
-def _check_correctness():
-    """verl's own check_correctness, loaded as bench/verl_load.py does: verl's package
-    __init__ files import torch and ray, so stand-in packages point at the real folders and the
-    real sandbox_fusion/utils.py loads (the standard library and requests only)."""
-    with contextlib.suppress(ImportError):
-        return importlib.import_module(VERL_MODULE).check_correctness  # a full verl install
-    _forget_verl()  # what the failed import left half-loaded
-    if importlib.util.find_spec("verl") is None:
-        _pip_install_verl()
-    root = Path(importlib.util.find_spec("verl").origin).parent
-    try:
-        for name, folder in (("verl", root), ("verl.utils", root / "utils"),
-                             ("verl.utils.reward_score", root / "utils" / "reward_score")):
-            package = types.ModuleType(name)
-            package.__path__ = [str(folder)]
-            sys.modules[name] = package
-        return importlib.import_module(VERL_MODULE).check_correctness
-    finally:
-        _forget_verl()  # no stand-in outlives this; the function keeps its module
-
-
 SUM_CPP = ("#include <bits/stdc++.h>\nint main() { long a, b; std::cin >> a >> b; "
            "std::cout << a + b << '\\n'; }  // %s\n")
 
@@ -303,7 +265,7 @@ SUM_CPP = ("#include <bits/stdc++.h>\nint main() { long a, b; std::cin >> a >> b
 def test_verl_cpp_tests_as_ten_requests_compile_once_in_the_fleet(fleet):
     """verl sends one /run_code per test, all of a program's tests at once: hashing on the
     program sends them to one server, which compiles once and runs ten times."""
-    check_correctness = _check_correctness()
+    check_correctness = load_check_correctness()
     before = {s.name: _compile_cache(s) for s in fleet.servers}
     inputs = [f"{i} {i * 7}\n" for i in range(10)]
     results, metadata = check_correctness(
