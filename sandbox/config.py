@@ -470,7 +470,8 @@ class Settings(BaseSettings):
 
 
 # SANDBOX_* variables that are not settings but are read by someone (the test suite).
-OTHER_KNOWN_ENV = {"SANDBOX_TESTS_REQUIRE_DOCKER", "SANDBOX_TESTS_REQUIRE_OCI"}
+OTHER_KNOWN_ENV = {"SANDBOX_TESTS_REQUIRE_DOCKER", "SANDBOX_TESTS_REQUIRE_OCI",
+                   "SANDBOX_TESTS_REQUIRE_HAPROXY", "SANDBOX_TESTS_REQUIRE_RAY"}
 
 
 def unknown_environment_settings() -> list[tuple[str, str | None]]:

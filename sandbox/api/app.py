@@ -263,7 +263,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 "warm_pool": engine.backend.warm_sizes() if hasattr(engine.backend, "warm_sizes") else None,
                 "compile_cache": None if cache is None else {
                     "entries": cache.entries, "bytes": cache.bytes,
-                    "hits": cache.hits, "misses": cache.misses}}
+                    "hits": cache.hits, "misses": cache.misses,
+                    "shared_hits": cache.shared_hits}}
 
     @app.get("/v1/ping", tags=["SandboxFusion"], summary="Liveness")
     async def ping() -> str:

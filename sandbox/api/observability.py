@@ -139,6 +139,16 @@ class _EngineGauges:
                 runs.add_metric([start], count)
         yield ready
         yield runs
+        cache = engine.compile_cache
+        compiles = CounterMetricFamily(
+            "sandbox_compiles", "Compile steps by where their result came from: compiled here, "
+            "this server's compile cache, or another server's (a cluster's shared cache).",
+            labels=["source"])
+        if cache is not None:
+            compiles.add_metric(["compiled"], cache.misses)
+            compiles.add_metric(["cache"], cache.hits - cache.shared_hits)
+            compiles.add_metric(["shared"], cache.shared_hits)
+        yield compiles
 
 
 class _SessionGauges:

@@ -10,14 +10,18 @@ refused without starting any sandbox; timeouts, OOM kills and sandbox errors are
 Bounded by total bytes held (``SANDBOX_COMPILE_CACHE_MB``), evicted least recently used.
 Concurrent requests for one key wait for the first compile instead of compiling in parallel
 (single flight). It lives in the server's memory: restart the server after rebuilding images.
+Past one server, an engine that spans the cluster can put a ``SharedCompiles`` tier behind it
+(``sandbox/ray``): a program is then compiled once in the cluster, not once per server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Protocol
 
 from .models import Job, StepResult
 
@@ -44,14 +48,30 @@ def compile_key(job: Job) -> str:
     return digest.hexdigest()
 
 
+log = logging.getLogger(__name__)
+
+
+class SharedCompiles(Protocol):
+    """Compiles shared by the servers of a cluster, with single flight across them."""
+
+    async def claim(self, key: str) -> tuple[CachedCompile | None, bool]:
+        """As ``CompileCache.claim``: (entry, owner); an owner must ``release`` the key."""
+
+    async def release(self, key: str, entry: CachedCompile | None) -> None: ...
+
+
 class CompileCache:
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, shared: SharedCompiles | None = None) -> None:
         self.max_bytes = max_bytes
+        self.shared = shared
         self._entries: OrderedDict[str, CachedCompile] = OrderedDict()
         self._inflight: dict[str, asyncio.Future] = {}
+        self._shared_owned: set[str] = set()  # keys other servers wait on us for
+        self._publishing: set[asyncio.Task] = set()
         self.bytes = 0
         self.hits = 0
-        self.misses = 0
+        self.misses = 0  # compiles this server ran
+        self.shared_hits = 0  # compiles another server ran
 
     @property
     def entries(self) -> int:
@@ -70,13 +90,32 @@ class CompileCache:
                 return entry, False
             pending = self._inflight.get(key)
             if pending is None:
-                self.misses += 1
                 if waited:
+                    self.misses += 1
                     return None, False
                 self._inflight[key] = asyncio.get_running_loop().create_future()
+                entry = await self._from_shared(key)
+                if entry is not None:
+                    self.hits += 1
+                    self.shared_hits += 1
+                    self.release(key, entry)  # kept here too; wakes this server's waiters
+                    return entry, False
+                self.misses += 1
                 return None, True
             await asyncio.shield(pending)
             waited = True
+
+    async def _from_shared(self, key: str) -> CachedCompile | None:
+        if self.shared is None:
+            return None
+        try:
+            entry, owner = await self.shared.claim(key)
+        except Exception as exc:  # the shared tier is an optimisation: compile here
+            log.warning("shared compile cache unavailable (%r); compiling here", exc)
+            return None
+        if owner:
+            self._shared_owned.add(key)
+        return entry
 
     def release(self, key: str, entry: CachedCompile | None) -> None:
         if entry is not None and entry.size <= self.max_bytes:
@@ -88,3 +127,14 @@ class CompileCache:
         pending = self._inflight.pop(key, None)
         if pending is not None and not pending.done():
             pending.set_result(None)
+        if key in self._shared_owned:  # other servers wait for it: the entry, or None to go on
+            self._shared_owned.discard(key)
+            task = asyncio.get_running_loop().create_task(self._publish(key, entry))
+            self._publishing.add(task)
+            task.add_done_callback(self._publishing.discard)
+
+    async def _publish(self, key: str, entry: CachedCompile | None) -> None:
+        try:
+            await self.shared.release(key, entry)
+        except Exception as exc:
+            log.warning("could not share a compile (%r); other servers compile it themselves", exc)

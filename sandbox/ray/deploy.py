@@ -8,6 +8,7 @@ import time
 import ray
 from ray import serve
 
+from . import compiles
 from .replica import APP, DEPLOYMENT, NODE_RESOURCE, sandbox_deployment
 
 log = logging.getLogger("sandbox.ray")
@@ -15,6 +16,8 @@ log = logging.getLogger("sandbox.ray")
 # Serve passes requests on and our server queues them (its admission, its 504): Serve's own
 # per-replica cap only has to stay out of the way.
 MAX_ONGOING_REQUESTS = 1024
+# The cluster's shared compile cache (compiles.py): compiled programs are small (KBs to a few MB).
+COMPILES_MB = 1024
 
 
 class DeployError(RuntimeError):
@@ -68,6 +71,7 @@ def deploy(address: str | None = None, *, settings: dict | None = None, host: st
     low = min_replicas or len(nodes)
     high = max(max_replicas or 4 * len(nodes), low)
     serve.start(http_options={"host": host, "port": port, "location": "EveryNode"})
+    compiles.start(COMPILES_MB << 20)
     application = sandbox_deployment(
         min_replicas=low, max_replicas=high, max_ongoing_requests=MAX_ONGOING_REQUESTS,
         target_ongoing_requests=target_ongoing_requests).bind(settings or {})
@@ -99,3 +103,4 @@ def stop(address: str | None = None) -> None:
     if not ray.is_initialized():
         ray.init(address=address or "auto", log_to_driver=False)
     serve.delete(APP)
+    compiles.stop()

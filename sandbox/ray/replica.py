@@ -17,6 +17,7 @@ from ray.serve.config import RequestRouterConfig
 
 from ..api.app import create_app
 from ..config import Settings
+from .compiles import RayCompiles
 
 log = logging.getLogger("sandbox.ray")
 
@@ -57,6 +58,9 @@ class SandboxReplica:
     def __serve_build_asgi_app__(self):
         app = create_app(self.settings)
         app.state.services.reach_owner = self._reach_owner
+        cache = app.state.services.engine.compile_cache
+        if cache is not None:  # one compile per program in the cluster (compiles.py)
+            cache.shared = RayCompiles(wait_s=self.settings.max_timeout_s + 5)
         headers = {"authorization": f"Bearer {self.settings.api_key.get_secret_value()}"} \
             if self.settings.api_key else {}
         self.local = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=LOCAL,

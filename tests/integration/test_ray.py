@@ -176,6 +176,42 @@ def test_sdk_and_verl_at_the_one_url_get_right_results(deployed):
     assert verdicts == [False, False, False]
 
 
+SUM_CPP = ("#include <bits/stdc++.h>\nint main() { long a, b; std::cin >> a >> b; "
+           "std::cout << a + b << '\\n'; }  // %s\n")
+
+
+def _compile_counts(url: str, replica: str) -> dict:
+    answer = requests.get(f"{url}/v1/queue", headers={"x-session-id": f"{replica}-{'0' * 24}"},
+                          timeout=TIMEOUT)
+    assert answer.headers["x-sandbox-replica"] == replica
+    return answer.json()["compile_cache"]
+
+
+def test_a_programs_ten_tests_as_ten_requests_compile_once_in_the_cluster(deployed):
+    """verl sends a C++ program's tests as separate requests, all at once: they land on both
+    nodes, and the program is compiled once (the cluster's shared compile cache)."""
+    from sandbox.ray import replicas
+
+    running = sorted(replicas())
+    before = {name: _compile_counts(deployed, name) for name in running}
+    code = SUM_CPP % time.time_ns()  # a program no replica has seen
+
+    def one(i: int) -> str:
+        answer = requests.post(f"{deployed}/run_code", json={
+            "language": "cpp", "code": code, "stdin": f"{i} {i * 10}\n"}, timeout=TIMEOUT)
+        assert answer.status_code == 200 and answer.json()["run_result"]["stdout"] == \
+            f"{i * 11}\n", answer.text
+        return answer.headers["x-sandbox-replica"]
+
+    with ThreadPoolExecutor(10) as pool:
+        answered_by = list(pool.map(one, range(10)))
+    after = {name: _compile_counts(deployed, name) for name in running}
+    compiled = sum(after[n]["misses"] - before[n]["misses"] for n in running)
+    reused = sum(after[n]["hits"] - before[n]["hits"] for n in running)
+    assert (compiled, reused) == (1, 9), (after, answered_by)
+    assert set(answered_by) == set(running), answered_by  # both nodes ran some of the tests
+
+
 def test_handle_api_evaluates_a_batch_and_keeps_sessions(deployed):
     from sandbox.ray import Sandbox
 
