@@ -81,8 +81,8 @@ def _parser() -> argparse.ArgumentParser:
                     "with this machine's settings (SANDBOX_*, --config) over its node's own; "
                     "every node's Serve proxy serves the API.")
     deploy.add_argument("--address", help="the cluster (default: RAY_ADDRESS, else the local one)")
-    deploy.add_argument("--host", default="0.0.0.0",
-                        help="where each node's proxy listens (default 0.0.0.0)")
+    deploy.add_argument("--host", help="where each node's proxy listens (default SANDBOX_HOST or "
+                                       "127.0.0.1: a trainer uses its own node's proxy)")
     deploy.add_argument("--port", type=int, default=8000, help="proxy port (default 8000)")
     deploy.add_argument("--min-replicas", type=int, help="default: the sandbox nodes now")
     deploy.add_argument("--max-replicas", type=int, help="default: 4x the sandbox nodes now")
@@ -215,7 +215,7 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     # The settings given here (file and environment), as the replicas' own: only those set.
     given = settings.model_dump(exclude_unset=True, exclude={"config", "replica", "instance"})
     try:
-        url = sandbox_ray.deploy(settings=given, host=args.host, port=args.port,
+        url = sandbox_ray.deploy(settings=given, host=args.host or settings.host, port=args.port,
                                  min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                                  target_ongoing_requests=args.target_ongoing_requests)
     except sandbox_ray.DeployError as exc:

@@ -25,6 +25,8 @@ from typing import Protocol
 
 from .models import Job, StepResult
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class CachedCompile:
@@ -46,9 +48,6 @@ def compile_key(job: Job) -> str:
     for name in sorted(job.files):
         digest.update(name.encode() + b"\x00" + hashlib.sha256(job.files[name]).digest())
     return digest.hexdigest()
-
-
-log = logging.getLogger(__name__)
 
 
 class SharedCompiles(Protocol):
@@ -94,7 +93,11 @@ class CompileCache:
                     self.misses += 1
                     return None, False
                 self._inflight[key] = asyncio.get_running_loop().create_future()
-                entry = await self._from_shared(key)
+                try:
+                    entry = await self._from_shared(key)
+                except BaseException:  # cancelled: this server's waiters compile on their own
+                    self.release(key, None)
+                    raise
                 if entry is not None:
                     self.hits += 1
                     self.shared_hits += 1

@@ -13,6 +13,7 @@ import httpx
 import ray
 from fastapi import Request, Response
 from ray import serve
+from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.config import RequestRouterConfig
 
 from ..api.app import create_app
@@ -42,10 +43,9 @@ class SandboxReplica:
     replacing a dead one on the same node removes what the dead one left."""
 
     def __init__(self, settings: dict | None = None) -> None:
-        loop = asyncio.get_event_loop_policy().get_event_loop()
-        if type(loop).__module__.startswith("uvloop"):
-            raise RuntimeError(f"the sandbox replica runs on uvloop ({type(loop)}), whose pipes "
-                               f"close descriptors twice; start it with RAY_USE_UVLOOP=0")
+        if _on_uvloop():
+            raise RuntimeError("the sandbox replica runs on uvloop, whose pipes close "
+                               "descriptors twice; start it with RAY_USE_UVLOOP=0")
         context = serve.get_replica_context()
         node = ray.get_runtime_context().get_node_id()
         self.node_id = node
@@ -85,9 +85,12 @@ class SandboxReplica:
         headers = {k: v for k, v in request.headers.items()
                    if k in ("content-type", "authorization", "x-api-key", "x-request-id")}
         headers[SESSION_HEADER] = session_id
-        status, answer_headers, body = await handle.options(session_id=session_id).call.remote(
-            request.method, request.url.path, await request.body(), headers,
-            dict(request.query_params))
+        try:
+            status, answer_headers, body = await handle.options(session_id=session_id).call.remote(
+                request.method, request.url.path, await request.body(), headers,
+                dict(request.query_params))
+        except (RayActorError, ActorUnavailableError):
+            return None  # the owner died during the call: lost with it (410)
         # The owner's x-sandbox-replica stays: the replica that ran the call.
         keep = {k: v for k, v in answer_headers.items()
                 if k.lower() not in ("content-length", "transfer-encoding", "connection",
@@ -103,6 +106,17 @@ class SandboxReplica:
         status, _, body = await self.call("GET", "/readyz")
         if status != 200:
             raise RuntimeError(f"sandbox replica {self.name} not ready: {body[:500]!r}")
+
+
+def _on_uvloop() -> bool:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return type(asyncio.get_event_loop_policy()).__module__.startswith("uvloop")
+    return type(loop).__module__.startswith("uvloop")
 
 
 def sandbox_deployment(*, min_replicas: int, max_replicas: int, max_ongoing_requests: int,
