@@ -249,7 +249,11 @@ static void kill_all(void) {
         while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
         return;
     }
-    for (int round = 0; round < 200; round++) {
+    /* As PID 1 with a zygote to spare, a few rounds only: a fork bomb under the zygote forks
+     * as fast as a scan kills, and each scan waits for a CPU behind it in the sandbox's
+     * cgroup (past the test runner's report deadline, measured). */
+    int rounds = getpid() == 1 ? 20 : 200;
+    for (int round = 0; round < rounds; round++) {
         int found = 0;
         DIR *proc = opendir("/proc");
         struct dirent *entry;
@@ -264,6 +268,13 @@ static void kill_all(void) {
         reap_all();
         if (!found) return;
         usleep(1000);
+    }
+    if (getpid() == 1) {
+        /* Still forking: kill(-1) ends everything at once, the zygote too (the next test
+         * starts a fresh one). */
+        kill(-1, SIGKILL);
+        while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
+        forget_zygote();
     }
 }
 

@@ -258,20 +258,34 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
         for opened in sessions:
             assert opened.run(COUNTER).run_result.stdout == "1\n"
 
-        async def load() -> tuple[list[dict], int]:
+        def over_http(i: int) -> tuple[int, str]:
+            answer = requests.post(f"{deployed}/run_code", json={
+                "language": "python", "run_timeout": 20,
+                "code": f"import time\ntime.sleep(1.5)\nprint({i})"}, timeout=TIMEOUT)
+            return answer.status_code, answer.json()["run_result"]["stdout"] \
+                if answer.status_code == 200 else answer.text
+
+        async def load() -> tuple[list[dict], int, list[tuple[int, str]]]:
             sandbox = Sandbox()
             calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
                                        "code": f"import time\ntime.sleep(1.5)\nprint({i})"})
                      for i in range(24)]
-            killer = asyncio.get_running_loop().run_in_executor(None, _kill_after, ray_cluster,
-                                                                workers[0], 0.8)
+            loop = asyncio.get_running_loop()
+            http_calls = [loop.run_in_executor(None, over_http, i) for i in range(8)]
+            killer = loop.run_in_executor(None, _kill_after, ray_cluster, workers[0], 0.8)
             results = await asyncio.gather(*calls)
             await killer
-            return results, sandbox.retried
+            return results, sandbox.retried, await asyncio.gather(*http_calls)
 
-        results, retried = asyncio.run(load())
+        results, retried, http_answers = asyncio.run(load())
         assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(24)]
         assert retried > 0  # the calls in flight on the dead node were sent again
+        # Through Serve's proxy nothing is sent again: a call that ran on the dead node fails
+        # (a 5xx, what docs/deployment.md says), and none answers a wrong result.
+        for i, (status, output) in enumerate(http_answers):
+            assert (status, output) == (200, f"{i}\n") or status >= 500, (status, output)
+        print(f"through Serve's proxy while the node died: "
+              f"{sorted(status for status, _ in http_answers)}")
 
         for opened in by_owner[doomed]:
             with pytest.raises(SandboxSessionLost, match=doomed):
