@@ -203,7 +203,13 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import ray as ray_core
 
-    ray_core.init(address=args.address or "auto", log_to_driver=False)
+    try:
+        ray_core.init(address=args.address or "auto", log_to_driver=False)
+    except ConnectionError as exc:
+        print(f"sandbox ray: no Ray cluster at {args.address or 'RAY_ADDRESS or this machine'} "
+              f"({exc}); start one (`ray start --head`) or pass --address HEAD:6379",
+              file=sys.stderr)
+        return 1
     if args.ray_command == "stop":
         sandbox_ray.stop()
         print("sandbox ray: application deleted")
