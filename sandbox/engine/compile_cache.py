@@ -50,6 +50,33 @@ def compile_key(job: Job) -> str:
     return digest.hexdigest()
 
 
+class CompiledPrograms:
+    """Compile results by key, bounded by their total size, least recently used evicted first."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._entries: OrderedDict[str, CachedCompile] = OrderedDict()
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: str) -> CachedCompile | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: str, entry: CachedCompile) -> None:
+        if entry.size > self.max_bytes or key in self._entries:
+            return
+        self._entries[key] = entry
+        self.bytes += entry.size
+        while self.bytes > self.max_bytes:
+            _, evicted = self._entries.popitem(last=False)
+            self.bytes -= evicted.size
+
+
 class SharedCompiles(Protocol):
     """Compiles shared by the servers of a cluster, with single flight across them."""
 
@@ -61,20 +88,22 @@ class SharedCompiles(Protocol):
 
 class CompileCache:
     def __init__(self, max_bytes: int, shared: SharedCompiles | None = None) -> None:
-        self.max_bytes = max_bytes
         self.shared = shared
-        self._entries: OrderedDict[str, CachedCompile] = OrderedDict()
+        self._programs = CompiledPrograms(max_bytes)
         self._inflight: dict[str, asyncio.Future] = {}
         self._shared_owned: set[str] = set()  # keys other servers wait on us for
         self._publishing: set[asyncio.Task] = set()
-        self.bytes = 0
         self.hits = 0
         self.misses = 0  # compiles this server ran
         self.shared_hits = 0  # compiles another server ran
 
     @property
     def entries(self) -> int:
-        return len(self._entries)
+        return len(self._programs)
+
+    @property
+    def bytes(self) -> int:
+        return self._programs.bytes
 
     async def claim(self, key: str) -> tuple[CachedCompile | None, bool]:
         """(entry, owner). With no entry and ``owner`` True, the caller compiles and must call
@@ -82,9 +111,8 @@ class CompileCache:
         in a way not worth caching, and the caller compiles on its own."""
         waited = False
         while True:
-            entry = self._entries.get(key)
+            entry = self._programs.get(key)
             if entry is not None:
-                self._entries.move_to_end(key)
                 self.hits += 1
                 return entry, False
             pending = self._inflight.get(key)
@@ -121,12 +149,8 @@ class CompileCache:
         return entry
 
     def release(self, key: str, entry: CachedCompile | None) -> None:
-        if entry is not None and entry.size <= self.max_bytes:
-            self._entries[key] = entry
-            self.bytes += entry.size
-            while self.bytes > self.max_bytes:
-                _, evicted = self._entries.popitem(last=False)
-                self.bytes -= evicted.size
+        if entry is not None:
+            self._programs.put(key, entry)
         pending = self._inflight.pop(key, None)
         if pending is not None and not pending.done():
             pending.set_result(None)

@@ -10,11 +10,10 @@ longer than a compile may take, compiles on its own.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 
 import ray
 
-from ..engine.compile_cache import CachedCompile
+from ..engine.compile_cache import CachedCompile, CompiledPrograms
 
 ACTOR = "sandbox-compiles"
 NAMESPACE = "sandbox"
@@ -23,13 +22,11 @@ NAMESPACE = "sandbox"
 @ray.remote(num_cpus=0, max_restarts=-1)
 class ClusterCompiles:
     def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.entries: OrderedDict[str, CachedCompile] = OrderedDict()
-        self.bytes = 0
+        self.programs = CompiledPrograms(max_bytes)
         self.inflight: dict[str, asyncio.Event] = {}
 
     async def claim(self, key: str, wait_s: float) -> tuple[CachedCompile | None, bool]:
-        entry = self._get(key)
+        entry = self.programs.get(key)
         if entry is not None:
             return entry, False
         compiling = self.inflight.get(key)
@@ -40,24 +37,14 @@ class ClusterCompiles:
             await asyncio.wait_for(compiling.wait(), wait_s)
         except asyncio.TimeoutError:
             return None, False  # the compiling replica is slow or gone: compile on your own
-        return self._get(key), False
+        return self.programs.get(key), False
 
     async def release(self, key: str, entry: CachedCompile | None) -> None:
-        if entry is not None and entry.size <= self.max_bytes and key not in self.entries:
-            self.entries[key] = entry
-            self.bytes += entry.size
-            while self.bytes > self.max_bytes:
-                _, evicted = self.entries.popitem(last=False)
-                self.bytes -= evicted.size
+        if entry is not None:
+            self.programs.put(key, entry)
         compiling = self.inflight.pop(key, None)
         if compiling is not None:
             compiling.set()
-
-    def _get(self, key: str) -> CachedCompile | None:
-        entry = self.entries.get(key)
-        if entry is not None:
-            self.entries.move_to_end(key)
-        return entry
 
 
 def start(max_bytes: int):

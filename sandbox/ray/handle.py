@@ -21,7 +21,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from ..client import (SandboxOutcomeUnknown, SandboxRequestRejected, SandboxServerError,
                       SandboxSessionGone, SandboxSessionLost, parse_retry_after)
-from .replica import APP, DEPLOYMENT, SESSION_HEADER
+from .replica import APP, DEPLOYMENT, SERVE_SESSION_HEADER
 
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 
@@ -95,7 +95,7 @@ class Sandbox:
         handle = self._handle.options(session_id=session_id) if session_id else self._handle
         headers = {"content-type": "application/json"}
         if session_id:
-            headers[SESSION_HEADER] = session_id
+            headers[SERVE_SESSION_HEADER] = session_id
         body = json.dumps(request).encode() if request is not None else None
         try:
             status, _, answer = await handle.call.remote(method, path, body, headers)

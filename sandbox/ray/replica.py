@@ -30,7 +30,7 @@ NODE_RESOURCE = "sandbox"
 # In-process calls through the app (the handle API, a session call re-sent to its owner).
 LOCAL = "http://replica"
 # Set on a call the router already sent by its session id: a second miss means the owner is gone.
-SESSION_HEADER = "x-session-id"
+SERVE_SESSION_HEADER = "x-session-id"
 # Ray workers run uvloop when it is installed (uvicorn[standard] brings it); its pipe transports
 # close a descriptor twice (sandbox/cli.py, EVENT_LOOP), which under load broke session calls
 # here with EBADF. The replicas run asyncio's own loop.
@@ -79,12 +79,12 @@ class SandboxReplica:
     async def _reach_owner(self, request: Request, session_id: str) -> Response | None:
         """A session call that arrived without the router knowing its session (an HTTP client
         that sends the id only in the path or the body): re-send it by its id, once."""
-        if request.headers.get(SESSION_HEADER) == session_id:
+        if request.headers.get(SERVE_SESSION_HEADER) == session_id:
             return None  # the router already tried the owner: it is gone
         handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
         headers = {k: v for k, v in request.headers.items()
                    if k in ("content-type", "authorization", "x-api-key", "x-request-id")}
-        headers[SESSION_HEADER] = session_id
+        headers[SERVE_SESSION_HEADER] = session_id
         try:
             status, answer_headers, body = await handle.options(session_id=session_id).call.remote(
                 request.method, request.url.path, await request.body(), headers,
