@@ -271,12 +271,13 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
 
             async def load() -> tuple[list[dict], int, list[tuple[int, str]]]:
                 sandbox = Sandbox()
+                # Each sleeps past the kill: every call is in flight when the node dies.
                 calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
-                                           "code": f"import time\ntime.sleep(1.5)\nprint({i})"})
+                                           "code": f"import time\ntime.sleep(3)\nprint({i})"})
                          for i in range(24)]
                 loop = asyncio.get_running_loop()
                 http_calls = [loop.run_in_executor(None, over_http, i) for i in range(8)]
-                killer = loop.run_in_executor(None, _kill_after, ray_cluster, workers[0], 0.8)
+                killer = loop.run_in_executor(None, _kill_after, ray_cluster, workers[0], 1.5)
                 results = await asyncio.gather(*calls)
                 await killer
                 return results, sandbox.retried, await asyncio.gather(*http_calls)
