@@ -101,6 +101,10 @@ class RuntimeSpec(BaseModel):
         None, description="argv of the interpreter a session keeps alive between calls "
                           "(gets the control folder as its last argument; sandbox/sessions/); "
                           "none: a session keeps only its work directory.")
+    agent: tuple[str, ...] | None = Field(
+        None, description="argv of the agent of a sandbox many calls share at once (an E2B "
+                          "sandbox: processes, code contexts, files; sandbox/sessions/agent.py); "
+                          "none: this image cannot host one.")
     smoke: SmokeTest | None = None
 
     @model_validator(mode="after")

@@ -16,7 +16,6 @@ is not on stderr: what /run_jupyter answers. Everything runs as the sandbox's us
 its own session is behind it.
 """
 
-import _ast
 import _queue
 import _signal as signal
 import _socket
@@ -30,12 +29,11 @@ import sys
 # loaded already are imported here (`ast`, `socket`, `threading` would add ~100 ms); the rest
 # when a cell needs it.
 CONTROL = sys.argv[1]
-PyCF_ONLY_AST = 0x400
-CELL_FILE = "<cell-%d>"
 # matplotlib draws off-screen; the figures a cell leaves open are returned as PNG after it,
 # and plt.show() leaves them open (sandbox_inline.py, beside this file).
 os.environ["MPLBACKEND"] = "module://sandbox_inline"
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source  # noqa: E402
 
 channel = _socket.socket(fileno=4)
 commands = _queue.SimpleQueue()  # (seq, display), or None once the server is gone
@@ -109,48 +107,6 @@ def release_stdio() -> None:
     os.close(null)
 
 
-def compile_cell(source: str, seq: int):
-    """(statements, last expression or None): a notebook shows the last expression's value."""
-    name = CELL_FILE % seq
-    tree = compile(source, name, "exec", PyCF_ONLY_AST)
-    last = None
-    if tree.body and isinstance(tree.body[-1], _ast.Expr):
-        last = compile(_ast.Expression(tree.body.pop().value), name, "eval")
-    return compile(tree, name, "exec"), last
-
-
-def remember_source(source: str, seq: int) -> None:
-    """Tracebacks quote the cell's lines, as IPython's do."""
-    import linecache
-
-    linecache.cache[CELL_FILE % seq] = (len(source), None, source.splitlines(True), CELL_FILE % seq)
-
-
-def figures() -> list[str]:
-    """The matplotlib figures the cell left open, as base64 PNG; they are closed after."""
-    pyplot = sys.modules.get("matplotlib.pyplot")
-    if pyplot is None:
-        return []
-    import base64
-
-    images = []
-    for number in pyplot.get_fignums():
-        buffer = io.BytesIO()
-        pyplot.figure(number).savefig(buffer, format="png")
-        images.append(base64.b64encode(buffer.getvalue()).decode())
-    pyplot.close("all")
-    return images
-
-
-def exit_code(code) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code & 0xFF
-    print(code, file=sys.stderr)
-    return 1
-
-
 def run_cell(seq: int, display: bool) -> int:
     global current
     results = []
@@ -171,13 +127,8 @@ def run_cell(seq: int, display: bool) -> int:
     except SystemExit as exc:
         code = exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like a notebook's
-        import traceback
-
         code = 1
-        tb = exc.__traceback__
-        while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
-            tb = tb.tb_next  # the cell's own frames, not ours
-        lines = traceback.format_exception(type(exc), exc, tb)
+        lines = cell_traceback(exc)
         if not display:  # a notebook shows it as the cell's error, not as its stderr
             sys.stderr.write("".join(lines))
         results.append({"type": "error", "ename": type(exc).__name__, "evalue": str(exc),

@@ -24,6 +24,7 @@ from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
 from .assets import ASSETS_PATH, asset_router
 from .auth import require_api_key
+from .e2b import authenticates_itself, error_body, install_e2b
 from .limits import BodySizeLimit
 from ..judge import Judge
 from ..sessions import SessionRegistry
@@ -172,7 +173,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                        own_limit_paths=frozenset({ASSETS_PATH}))
     # Middleware added later runs first: the key is checked before the body is read, and the
     # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
-    require_api_key(app, settings)
+    require_api_key(app, settings, checked_elsewhere=authenticates_itself, error_body=error_body)
     app.state.ops = install_observability(app, settings, engine, registry.languages,
                                           registry.aliases)
     app.state.ops.watch_sessions(app.state.services.sessions)
@@ -230,6 +231,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     install_session_errors(app)
     app.include_router(session_router(app.state.services))
     app.include_router(asset_router(assets))
+    install_e2b(app, app.state.services)
 
     @app.post("/v1/evaluate", response_model=EvaluateResponse, tags=["Evaluation"],
               summary="Compile once, run every test case, return a verdict per test",

@@ -12,7 +12,7 @@ import hashlib
 import hmac
 import json
 import logging
-from typing import Iterable
+from typing import Callable, Iterable
 
 from fastapi import FastAPI
 
@@ -63,25 +63,35 @@ def presented_key(headers: list[tuple[bytes, bytes]]) -> str | None:
 class ApiKeyGuard:
     """ASGI middleware: 401 for a request to a guarded path without a right key."""
 
-    def __init__(self, app, keys: ApiKeys, open_paths: frozenset[str]) -> None:
+    def __init__(self, app, keys: ApiKeys, open_paths: frozenset[str],
+                 checked_elsewhere: Callable[[str], bool] = lambda path: False,
+                 error_body: Callable[[str, int, str], dict | None] = lambda *_: None) -> None:
         self.app = app
         self.keys = keys
         self.open_paths = open_paths
+        # Paths whose calls prove themselves another way (E2B's data plane: a sandbox's token).
+        self.checked_elsewhere = checked_elsewhere
+        # The error body a wire's clients read on a path, when not ours ({"detail"}).
+        self.error_body = error_body
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"] in self.open_paths:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in self.open_paths or self.checked_elsewhere(path):
             return await self.app(scope, receive, send)
         presented = presented_key(scope["headers"])
         if presented is None:
-            return await _unauthorized(send, f"missing API key: {HOW_TO_SEND}")
+            return await self._unauthorized(send, path, f"missing API key: {HOW_TO_SEND}")
         if not self.keys.accepts(presented):
-            return await _unauthorized(send, f"wrong API key: {HOW_TO_SEND} with a key this "
-                                             f"server accepts (SANDBOX_API_KEY)")
+            return await self._unauthorized(send, path, f"wrong API key: {HOW_TO_SEND} with a key "
+                                                        f"this server accepts (SANDBOX_API_KEY)")
         return await self.app(scope, receive, send)
 
+    async def _unauthorized(self, send, path: str, detail: str) -> None:
+        await _unauthorized(send, detail, self.error_body(path, 401, detail))
 
-async def _unauthorized(send, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
+
+async def _unauthorized(send, detail: str, shaped: dict | None = None) -> None:
+    body = json.dumps(shaped or {"detail": detail}).encode()
     await send({"type": "http.response.start", "status": 401,
                 "headers": [(b"content-type", b"application/json"),
                             (b"content-length", str(len(body)).encode()),
@@ -89,12 +99,14 @@ async def _unauthorized(send, detail: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def require_api_key(app: FastAPI, settings: Settings) -> bool:
-    """Guard ``app`` when an API key is configured; True when it did."""
+def require_api_key(app: FastAPI, settings: Settings, **wires) -> bool:
+    """Guard ``app`` when an API key is configured; True when it did. ``wires``: what another
+    wire needs of the guard (``checked_elsewhere``, ``error_body``: ``ApiKeyGuard``)."""
     if not settings.api_keys:
         return False
     open_paths = OPEN_PATHS | ({"/metrics"} if settings.metrics_public else set())
-    app.add_middleware(ApiKeyGuard, keys=ApiKeys(settings.api_keys), open_paths=frozenset(open_paths))
+    app.add_middleware(ApiKeyGuard, keys=ApiKeys(settings.api_keys), open_paths=frozenset(open_paths),
+                       **wires)
     log.info("API key required (%d key(s) accepted) except on %s", len(settings.api_keys),
              ", ".join(sorted(open_paths)))
     return True

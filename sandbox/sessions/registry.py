@@ -83,13 +83,14 @@ class SessionRegistry:
     # Life
 
     async def create(self, spec: RuntimeSpec, limits: Limits, idle_timeout_s: float,
-                     max_lifetime_s: float, files: dict[str, bytes]) -> Session:
+                     max_lifetime_s: float, files: dict[str, bytes], with_agent: bool = False,
+                     ceiling_s: float | None = None) -> Session:
         if len(self._sessions) + self._starting >= self.max_sessions:
             raise SessionsFull(f"this server holds {self.max_sessions} sessions, its limit "
                                f"(SANDBOX_MAX_SESSIONS); delete sessions you no longer need, or "
                                f"retry when idle ones expire")
         session = Session(f"{self.replica}-{secrets.token_hex(12)}", spec, limits, idle_timeout_s,
-                          max_lifetime_s, files)
+                          max_lifetime_s, files, with_agent, ceiling_s)
         self._starting += 1
         try:
             async with self.engine.slot():  # starting a container is work like a call's

@@ -4,6 +4,10 @@ container. Other languages run each call as /run_code would, over the same work 
 
 Calls run one at a time in arrival order (``lock``, FIFO). What changed the state is logged
 (``history``) so that a fork can replay it into a fresh session.
+
+A session made ``with_agent`` runs its image's agent instead (``agent.py``): many calls at
+once, processes, code contexts and files, for a wire that needs them (E2B's). Its lifetime can
+be extended (``extend``) up to the ceiling it was started with.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ from ..engine import Engine
 from ..engine.backends import BackendError
 from ..engine.models import Job, JobResult, Limits, StepStatus
 from ..runtimes import RuntimeSpec
+from .agent import LINE_LIMIT, Agent
 from .interpreter import CallResult, Interpreter
+
+HOME = "/home/user"  # where an agent's programs find the work directory (E2B's home)
 
 
 class SessionGone(LookupError):
@@ -48,7 +55,8 @@ class SessionResult:
 
 class Session:
     def __init__(self, session_id: str, spec: RuntimeSpec, limits: Limits, idle_timeout_s: float,
-                 max_lifetime_s: float, files: dict[str, bytes]) -> None:
+                 max_lifetime_s: float, files: dict[str, bytes], with_agent: bool = False,
+                 ceiling_s: float | None = None) -> None:
         self.id = session_id
         self.spec = spec
         self.limits = limits
@@ -66,13 +74,18 @@ class Session:
         self.history: list[Call] = []
         self.box = None
         self.interpreter: Interpreter | None = None
+        self.with_agent = with_agent
+        self.agent: Agent | None = None
+        # The longest this session may live, extensions included (its container's backstop).
+        self.ceiling_s = max(ceiling_s or max_lifetime_s, max_lifetime_s)
+        self.wire = None   # what the wire that made it keeps with it (E2B's: sandbox/api/e2b)
         self.peak_memory_bytes: int | None = None
         self.forked_from: str | None = None
 
     @property
     def stateful(self) -> bool:
         """Whether an interpreter keeps state beyond the work directory."""
-        return self.spec.session is not None
+        return self.spec.session is not None and not self.with_agent
 
     # Time
 
@@ -89,6 +102,12 @@ class Session:
         if not self.busy and self.idle_s() >= self.idle_timeout_s:
             return "idle"
         return None
+
+    def extend(self, lifetime_s: float) -> None:
+        """Live ``lifetime_s`` from now (at most to the ceiling), instead of until the end set so
+        far: E2B's set_timeout."""
+        lived = time.monotonic() - self._born
+        self.max_lifetime_s = min(lived + lifetime_s, self.ceiling_s)
 
     @property
     def expires_at(self) -> float:
@@ -109,7 +128,11 @@ class Session:
         try:
             if self.files:
                 await self.box.write_files(self.files)
-            if self.stateful:
+            if self.with_agent:
+                self.agent = Agent(backend.live_process(self.box, self.spec.agent, self.limits,
+                                                        LINE_LIMIT, also_at=(HOME,)))
+                await self.agent.start(self.ceiling_s)
+            elif self.stateful:
                 self.interpreter = Interpreter(backend.live_process(
                     self.box, self.spec.session, self.limits))
                 await self.interpreter.start(self.lifetime_left_s())
@@ -122,12 +145,16 @@ class Session:
         self.closed = True
         if self.interpreter is not None:
             await self.interpreter.stop()
+        if self.agent is not None:
+            await self.agent.stop()
         async with self.lock:  # the call in flight, if any, has returned
             if self.box is not None:
                 await self.box.close()
                 self.box = None
 
     def memory_now(self) -> int | None:
+        if self.agent is not None:
+            return self.agent.memory_now()
         if self.interpreter is None:
             return None
         return self.interpreter.live.memory_now()

@@ -535,11 +535,14 @@ class OciBackend:
             raise SandboxUnavailable(f"cannot make a template's folder: {exc}") from exc
         return box
 
-    def live_process(self, box: OciSandbox, argv: Sequence[str], limits: Limits):
-        """A long-lived container in ``box`` running ``argv`` (a session's interpreter)."""
+    def live_process(self, box: OciSandbox, argv: Sequence[str], limits: Limits,
+                     line_limit: int = 1 << 16, also_at: Sequence[str] = ()):
+        """A long-lived container in ``box`` running ``argv`` (a session's interpreter or
+        agent): ``line_limit``, the longest line on its control socket; ``also_at``, more
+        places its work directory is mounted."""
         # The control folder holds a call's code and stdin, and its capped outputs.
         control_mb = 2 * (limits.output_bytes >> 20) + 2 + 128
-        return LiveProcess(box, argv, control_mb)
+        return LiveProcess(box, argv, control_mb, line_limit, also_at)
 
     def _remove_leftovers(self) -> int:
         removed = 0

@@ -41,9 +41,12 @@ LIFETIME_GRACE_S = 30.0
 class LiveProcess:
     """The container running ``argv`` (plus the control folder's path) in ``box``."""
 
-    def __init__(self, box: "OciSandbox", argv: Sequence[str], control_mb: int) -> None:
+    def __init__(self, box: "OciSandbox", argv: Sequence[str], control_mb: int,
+                 line_limit: int = 1 << 16, also_at: Sequence[str] = ()) -> None:
         self.box = box
         self.argv = list(argv)
+        self._line_limit = line_limit      # the longest line the control socket carries
+        self._also_at = tuple(also_at)     # more places the work directory is mounted
         self.control_dir = box.bundle_dir / "control"
         self._control_mb = control_mb
         self._proc = None
@@ -74,7 +77,7 @@ class LiveProcess:
         try:
             self._proc, self._status_sock, self._name, self.cgroups_path = await self.box.start_container(
                 [INIT, "--deadline-ms", str(deadline_ms), "--", *self.argv, CONTROL_MOUNT],
-                extra_mounts=[mount], more_fds=(theirs_ctl.fileno(),))
+                extra_mounts=[mount, *self._workdir_mounts()], more_fds=(theirs_ctl.fileno(),))
         except BaseException:
             ours_ctl.close()
             raise
@@ -83,7 +86,8 @@ class LiveProcess:
         self.diagnostics = CappedBuffer(16 << 10)
         self._drains = [asyncio.create_task(self._drain(self._proc.stdout)),
                         asyncio.create_task(self._drain(self._proc.stderr))]
-        self.reader, self._writer = await asyncio.open_connection(sock=ours_ctl, limit=1 << 16)
+        self.reader, self._writer = await asyncio.open_connection(sock=ours_ctl,
+                                                                  limit=self._line_limit)
         self.ended = asyncio.create_task(self._watch_status())
         ready = asyncio.create_task(self.reader.readline())
         done, _ = await asyncio.wait({ready, self.ended}, timeout=READY_TIMEOUT_S,
@@ -97,6 +101,10 @@ class LiveProcess:
             raise BackendError(f"the session's interpreter {why}: {self.said()[-400:]}")
         # Only now is the container's cgroup sure to exist (the runtime makes it as it starts).
         self._memory = CgroupMemory(self.cgroups_path)
+
+    def _workdir_mounts(self) -> list[dict]:
+        return [{"destination": place, "type": "bind", "source": str(self.box.workdir),
+                 "options": ["rbind", "rw", "nosuid", "nodev"]} for place in self._also_at]
 
     async def _drain(self, stream: asyncio.StreamReader) -> None:
         while chunk := await stream.read(1 << 16):

@@ -1,0 +1,65 @@
+"""What the two notebook-like interpreters of the Python image share (python-session.py for
+/v1/sessions and /run_jupyter, sandbox-kernel.py for an E2B sandbox's code contexts): how a
+cell is compiled, how its traceback and its figures are reported.
+
+Only C modules at import: a session's start-up time is its create time."""
+
+import _ast
+import io
+import sys
+
+PyCF_ONLY_AST = 0x400
+CELL_FILE = "<cell-%d>"
+
+
+def compile_cell(source: str, seq: int):
+    """(statements, last expression or None): a notebook shows the last expression's value."""
+    name = CELL_FILE % seq
+    tree = compile(source, name, "exec", PyCF_ONLY_AST)
+    last = None
+    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+        last = compile(_ast.Expression(tree.body.pop().value), name, "eval")
+    return compile(tree, name, "exec"), last
+
+
+def remember_source(source: str, seq: int) -> None:
+    """Tracebacks quote the cell's lines, as IPython's do."""
+    import linecache
+
+    linecache.cache[CELL_FILE % seq] = (len(source), None, source.splitlines(True), CELL_FILE % seq)
+
+
+def cell_traceback(exc: BaseException) -> list[str]:
+    """The exception's traceback from the cell's own frames on, not the interpreter's."""
+    import traceback
+
+    tb = exc.__traceback__
+    while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
+        tb = tb.tb_next
+    return traceback.format_exception(type(exc), exc, tb)
+
+
+def figures() -> list[str]:
+    """The matplotlib figures the cell left open, as base64 PNG; they are closed after."""
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is None:
+        return []
+    import base64
+
+    images = []
+    for number in pyplot.get_fignums():
+        buffer = io.BytesIO()
+        pyplot.figure(number).savefig(buffer, format="png")
+        images.append(base64.b64encode(buffer.getvalue()).decode())
+    pyplot.close("all")
+    return images
+
+
+def exit_code(code) -> int:
+    """A SystemExit's code as a process would exit with it."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    print(code, file=sys.stderr)
+    return 1

@@ -1,0 +1,58 @@
+"""E2B's wire beside SandboxFusion's: the official ``e2b`` / ``e2b-code-interpreter`` SDKs
+work unchanged against this server (docs/e2b.md).
+
+A thin room over the session room: an E2B sandbox is a session run by its image's agent
+(``sandbox/sessions/agent.py``). ``control.py`` is E2B's REST control plane, ``envd.py`` its
+in-sandbox process and file services (Connect-RPC), ``interpreter.py`` its code interpreter;
+``wire.py`` the formats, ``sandboxes.py`` what the wire keeps per sandbox.
+"""
+
+from __future__ import annotations
+
+
+from fastapi import FastAPI, Request
+
+from .control import control_router
+from .envd import envd_router
+from .interpreter import interpreter_router
+from .wire import E2bError, RpcError
+
+CONTROL_PLANE = ("/sandboxes", "/v2/sandboxes")
+# Data-plane calls carry a sandbox's access token, not the server's API key (the SDK sends the
+# key only to the control plane).
+DATA_PLANE = ("/process.Process/", "/filesystem.Filesystem/", "/files", "/health", "/execute",
+              "/contexts")
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p if p.endswith("/") else p + "/") or
+               (p.endswith("/") and path.startswith(p)) for p in prefixes)
+
+
+def authenticates_itself(path: str) -> bool:
+    """Whether calls to ``path`` are checked by the E2B room (a sandbox's access token)."""
+    return _under(path, DATA_PLANE)
+
+
+def error_body(path: str, status: int, message: str) -> dict | None:
+    """The body E2B's SDK reads for an error on ``path``, or None when it is not E2B's."""
+    if _under(path, CONTROL_PLANE):
+        return {"code": status, "message": message}
+    return None
+
+
+def install_e2b(app: FastAPI, services) -> None:
+    @app.exception_handler(E2bError)
+    async def e2b_error(request: Request, exc: E2bError):
+        return exc.response()
+
+    @app.exception_handler(RpcError)
+    async def rpc_error(request: Request, exc: RpcError):
+        return exc.response()
+
+    # E2B's SDKs are their specification (docs/e2b.md), not this server's OpenAPI document.
+    for router in (control_router(services), envd_router(services), interpreter_router(services)):
+        app.include_router(router, include_in_schema=False)
+
+
+__all__ = ["authenticates_itself", "error_body", "install_e2b"]

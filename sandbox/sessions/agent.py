@@ -1,0 +1,186 @@
+"""The server's side of a sandbox agent (images/python/sandbox-agent.py): the program a
+session runs instead of an interpreter when many calls share the sandbox at once (an E2B
+sandbox: processes, code contexts, files; ``sandbox/api/e2b``).
+
+One JSON line per message both ways over the control socket, many requests in flight, each
+answer tagged with its request's id. What the agent says is untrusted (the sandbox's code runs
+as its user): a line that is not a well-formed event for a request in flight is dropped, and a
+stream buffers a bounded amount for a slow reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import logging
+from typing import AsyncIterator
+
+from ..engine.backends import BackendError
+
+log = logging.getLogger(__name__)
+
+# One message: a file read or written whole (base64) fits, with room for the JSON around it.
+MAX_FILE_BYTES = 64 << 20
+LINE_LIMIT = MAX_FILE_BYTES * 4 // 3 + (1 << 20)
+# What one stream holds for a reader that does not keep up; past it, output is dropped (and
+# counted) rather than held in the server's memory.
+STREAM_BUFFER_BYTES = 16 << 20
+FINAL = frozenset({"exit", "end", "fail", "reply", "gone"})
+
+
+class AgentFailure(Exception):
+    """The agent refused or failed a request: a Connect-RPC code and a message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Stream:
+    def __init__(self) -> None:
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.buffered = 0
+        self.dropped = 0
+
+    def put(self, event: dict) -> None:
+        size = len(event.get("data") or event.get("text") or "")
+        if event["ev"] not in FINAL and self.buffered + size > STREAM_BUFFER_BYTES:
+            self.dropped += size
+            return
+        self.buffered += size
+        self.events.put_nowait(event)
+
+    async def get(self) -> dict:
+        event = await self.events.get()
+        self.buffered -= len(event.get("data") or event.get("text") or "")
+        return event
+
+
+class Agent:
+    """Drives one sandbox's agent over its ``LiveProcess``."""
+
+    def __init__(self, live) -> None:
+        self.live = live
+        self._ids = itertools.count(1)
+        self._streams: dict[int, _Stream] = {}
+        self._reading: asyncio.Task | None = None
+        self.gone: str | None = None  # why the agent is gone, once it is
+
+    async def start(self, lifetime_s: float) -> None:
+        await self.live.start(lifetime_s)
+        self.gone = None
+        self._reading = asyncio.create_task(self._read())
+
+    async def stop(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        await self.live.stop()
+        self._end_all("the sandbox was killed")
+
+    def memory_now(self) -> int | None:
+        return self.live.memory_now()
+
+    async def _read(self) -> None:
+        reader = self.live.reader
+        try:
+            while True:
+                try:
+                    line = await reader.readline()
+                except ValueError:  # a line over the limit: not one of ours
+                    log.warning("a sandbox's agent sent a line over %d bytes; ending it", LINE_LIMIT)
+                    break
+                if not line:
+                    break
+                try:
+                    event = json.loads(line)
+                    stream = self._streams.get(event["id"])
+                    kind = event["ev"]
+                except (ValueError, KeyError, TypeError):
+                    continue
+                if stream is not None and isinstance(kind, str):
+                    stream.put(event)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        why = "the sandbox's agent ended"
+        if self.live.ended is not None and self.live.ended.done() and not self.live.ended.cancelled():
+            code = self.live.ended.result()
+            why += " (out of memory?)" if code == -9 else f" (exit code {code})"
+        self._end_all(why)
+
+    def _end_all(self, why: str) -> None:
+        self.gone = self.gone or why
+        for stream in self._streams.values():
+            stream.put({"ev": "gone", "message": why})
+
+    async def _send(self, message: dict) -> None:
+        if self.gone:
+            raise BackendError(self.gone)
+        try:
+            await self.live.send((json.dumps(message) + "\n").encode())
+        except (OSError, RuntimeError) as exc:
+            raise BackendError(f"the sandbox's agent is unreachable: {exc}") from exc
+
+    def _open(self) -> tuple[int, _Stream]:
+        request_id = next(self._ids)
+        stream = self._streams[request_id] = _Stream()
+        return request_id, stream
+
+    async def request(self, op: str, **fields):
+        """A request with one answer: its result, or AgentFailure."""
+        request_id, stream = self._open()
+        try:
+            await self._send({"op": op, "id": request_id, **fields})
+            while True:
+                event = await stream.get()
+                if event["ev"] == "reply":
+                    return event.get("result")
+                if event["ev"] == "fail":
+                    raise AgentFailure(str(event.get("code")), str(event.get("message")))
+                if event["ev"] == "gone":
+                    raise BackendError(event["message"])
+        finally:
+            self._streams.pop(request_id, None)
+
+    async def stream(self, op: str, **fields) -> tuple[int, AsyncIterator[dict]]:
+        """A request answered by a stream of events, the last one final (``FINAL``): its id
+        (what ``tell`` names it by) and the events. Closing the events early stops listening;
+        what the request started goes on."""
+        request_id, stream = self._open()
+        try:
+            await self._send({"op": op, "id": request_id, **fields})
+        except BaseException:
+            self._streams.pop(request_id, None)
+            raise
+        return request_id, self._events(request_id, stream)
+
+    async def _events(self, request_id: int, stream: _Stream) -> AsyncIterator[dict]:
+        try:
+            while True:
+                event = await stream.get()
+                if event["ev"] == "exit" and stream.dropped:
+                    event["dropped"] = stream.dropped
+                yield event
+                if event["ev"] in FINAL:
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+
+    async def tell(self, op: str, **fields) -> None:
+        """A message with no answer (input, signal, interrupt)."""
+        await self._send({"op": op, **fields})
+
+    # Files, whole: the agent reads and writes as the sandbox's user, in the container's view.
+
+    async def read_file(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
+        data = await self.request("fs", call="read", args={"path": path, "limit": limit})
+        return base64.b64decode(data)
+
+    async def write_file(self, path: str, data: bytes) -> dict:
+        return await self.request("fs", call="write",
+                                  args={"path": path, "data": base64.b64encode(data).decode()})
+
+    async def files(self, call: str, **args):
+        return await self.request("fs", call=call, args=args)
