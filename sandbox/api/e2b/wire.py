@@ -71,7 +71,7 @@ def unframe(body: bytes) -> dict:
                                            "(5-byte header, then the JSON message)")
     flags, length = struct.unpack(">BI", body[:5])
     if flags & 0x01:
-        raise RpcError("unimplemented", "compressed Connect messages are not accepted; send "
+        raise RpcError("invalid_argument", "compressed Connect messages are not accepted; send "
                                         "identity encoding")
     if length != len(body) - 5:
         raise RpcError("invalid_argument", f"the Connect envelope says {length} bytes, the "

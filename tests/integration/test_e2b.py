@@ -1,0 +1,468 @@
+"""E2B's own SDKs (``e2b``, ``e2b-code-interpreter``, pinned in the test extras), sync and
+async, unchanged, against a real server on the OCI backend: what docs/e2b.md promises, the
+attacks sessions are tested with, and bad input answered in E2B's error shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import struct
+import time
+
+import pytest
+import requests
+
+from tests.conftest import _oci_problem, running_server
+from tests.timescale import scaled
+
+pytestmark = pytest.mark.docker
+API_KEY = "e2b-test-key-0123456789"
+
+
+@pytest.fixture(scope="module")
+def url(docker_ready, tmp_path_factory):
+    """A server of its own: an API key set (the control plane checks it; the data plane checks
+    each sandbox's access token instead), and on exit nothing of it left."""
+    problem = _oci_problem()
+    if problem:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+    with running_server(tmp_path_factory.mktemp("e2b"), backend="oci", api_key=API_KEY,
+                        max_concurrency=4, max_session_lifetime_s=600) as base:
+        saved = {k: os.environ.get(k) for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL",
+                                                  "E2B_DEBUG")}
+        # The three variables docs/e2b.md tells users to set; nothing else.
+        os.environ.update(E2B_API_KEY=API_KEY, E2B_API_URL=base, E2B_SANDBOX_URL=base)
+        os.environ.pop("E2B_DEBUG", None)
+        try:
+            yield base
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+@pytest.fixture
+def sbx(url):
+    from e2b_code_interpreter import Sandbox
+
+    sandbox = Sandbox.create(timeout=300)
+    try:
+        yield sandbox
+    finally:
+        sandbox.kill()
+
+
+def data_headers(sandbox, token: str | None = "own", port: int = 49983) -> dict:
+    headers = {"E2b-Sandbox-Id": sandbox.sandbox_id, "E2b-Sandbox-Port": str(port)}
+    if token == "own":
+        token = sandbox._envd_access_token
+    if token is not None:
+        headers["X-Access-Token"] = token
+    return headers
+
+
+def envelope(message: dict) -> bytes:
+    data = json.dumps(message).encode()
+    return struct.pack(">BI", 0, len(data)) + data
+
+
+# The SDKs' own examples (their READMEs), unchanged.
+
+def test_the_sdks_readme_examples_run_unchanged(url):
+    from e2b import Sandbox as BaseSandbox
+    from e2b_code_interpreter import Sandbox
+
+    with Sandbox.create() as sandbox:
+        sandbox.run_code("x = 1")
+        execution = sandbox.run_code("x+=1; x")
+        assert execution.text == "2"
+    with BaseSandbox.create() as sandbox:
+        result = sandbox.commands.run("echo 'Hello, World!'")
+        assert result.stdout == "Hello, World!\n" and result.exit_code == 0
+
+
+# Code interpreter
+
+def test_run_code_keeps_state_and_reports_an_exception_with_the_sandbox_alive(sbx):
+    first = sbx.run_code("import math\nvalues = [1, 2, 3]\nprint('sum', sum(values))")
+    assert first.error is None and first.logs.stdout == ["sum 6\n"]
+    assert sbx.run_code("values.append(4); len(values)").text == "4"
+    failed = sbx.run_code("values[10]")
+    assert failed.error is not None and failed.error.name == "IndexError"
+    assert "list index out of range" in failed.error.value
+    assert "values[10]" in failed.error.traceback
+    assert sbx.run_code("math.prod(values)").text == "24"  # state survived the error
+    assert sbx.run_code("print('x', file=__import__('sys').stderr)").logs.stderr == ["x\n"]
+
+
+def test_a_matplotlib_figure_comes_back_as_png_and_a_frame_as_html(sbx):
+    execution = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+    pngs = [r.png for r in execution.results if r.png]
+    assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG")
+    frame = sbx.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2]})")
+    main = [r for r in frame.results if r.is_main_result]
+    assert len(main) == 1 and "<table" in main[0].html and "a" in main[0].text
+
+
+def test_two_contexts_are_independent_and_bash_keeps_its_state(sbx):
+    other = sbx.create_code_context(language="python")
+    sbx.run_code("name = 'default'")
+    sbx.run_code("name = 'other'", context=other)
+    assert sbx.run_code("name").text == "'default'"
+    assert sbx.run_code("name", context=other).text == "'other'"
+    shell = sbx.create_code_context(language="bash")
+    sbx.run_code("cd /tmp && GREETING=hi", context=shell)
+    assert sbx.run_code("echo $GREETING from $PWD", context=shell).logs.stdout == ["hi from /tmp\n"]
+    assert {c.id for c in sbx.list_code_contexts()} >= {other.id, shell.id}
+    sbx.restart_code_context(other)
+    assert sbx.run_code("'name' in globals()", context=other).text == "False"
+    sbx.remove_code_context(shell)
+    from e2b import NotFoundException
+
+    with pytest.raises(NotFoundException):
+        sbx.run_code("echo gone", context=shell)
+
+
+def test_a_language_without_an_interpreter_is_a_clear_error_line(sbx):
+    execution = sbx.run_code("cat(1)", language="r")
+    assert execution.error is not None and "no r interpreter" in execution.error.value
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException, match="no javascript interpreter"):
+        sbx.create_code_context(language="javascript")
+
+
+def test_pip_install_is_a_clear_line_not_a_crash(sbx):
+    execution = sbx.run_code("!pip install requests-oauthlib\nprint('after')")
+    assert "no network access" in "".join(execution.logs.stderr)
+    assert execution.logs.stdout == ["after\n"] and execution.error is None
+    assert "Python 3" in "".join(sbx.run_code("!python3 --version").logs.stdout)
+
+
+def test_a_timed_out_cell_is_interrupted_and_the_next_one_runs(sbx):
+    from e2b import TimeoutException
+
+    with pytest.raises(TimeoutException):
+        sbx.run_code("import time\nwhile True: time.sleep(0.01)", timeout=2)
+    assert sbx.run_code("21 * 2", timeout=scaled(30)).text == "42"
+
+
+# Files
+
+def test_files_write_read_list_exists_make_dir_remove(sbx):
+    info = sbx.files.write("notes/a.txt", "first line\n")
+    assert info.path == "/home/user/notes/a.txt"
+    assert sbx.files.read("notes/a.txt") == "first line\n"
+    sbx.files.write("/tmp/blob.bin", b"\x00\xffbytes")
+    assert bytes(sbx.files.read("/tmp/blob.bin", format="bytes")) == b"\x00\xffbytes"
+    assert [e.name for e in sbx.files.list("notes")] == ["a.txt"]
+    assert sbx.files.exists("notes/a.txt") and not sbx.files.exists("notes/b.txt")
+    assert sbx.files.make_dir("notes/sub") is True and sbx.files.make_dir("notes/sub") is False
+    assert {e.name for e in sbx.files.list("notes")} == {"a.txt", "sub"}
+    sbx.files.rename("notes/a.txt", "notes/sub/b.txt")
+    assert sbx.files.get_info("notes/sub/b.txt").size == len("first line\n")
+    # What programs see is what the files API wrote, and the other way round.
+    assert sbx.run_code("open('notes/sub/b.txt').read()").text == "'first line\\n'"
+    sbx.commands.run("echo made by a command > /home/user/made.txt")
+    assert sbx.files.read("made.txt") == "made by a command\n"
+    sbx.files.remove("notes")
+    assert not sbx.files.exists("notes/sub/b.txt")
+    from e2b import FileNotFoundException
+
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("notes/sub/b.txt")
+
+
+def test_writing_many_files_at_once(sbx):
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    infos = sbx.files.write_files([WriteEntry(path="many/one.txt", data="1"),
+                                   WriteEntry(path="/tmp/two.txt", data=b"2")])
+    assert sorted(i.path for i in infos) == ["/home/user/many/one.txt", "/tmp/two.txt"]
+    assert sbx.commands.run("cat many/one.txt /tmp/two.txt").stdout == "12"
+
+
+def test_file_errors_are_e2bs(sbx):
+    from e2b import SandboxException
+
+    with pytest.raises(SandboxException, match="(?i)read-only|permission"):
+        sbx.files.write("/etc/passwd", "mine now")
+    response = requests.post(f"{os.environ['E2B_SANDBOX_URL']}/files?path=big.bin",
+                             headers={**data_headers(sbx), "Content-Type": "application/octet-stream"},
+                             data=b"\0" * ((64 << 20) + 1), timeout=scaled(60))
+    assert response.status_code == 413 and "larger than" in response.json()["message"]
+
+
+# Commands
+
+def test_commands_run_exit_codes_output_and_failure(sbx):
+    from e2b import CommandExitException
+
+    result = sbx.commands.run("echo out; echo err >&2; echo $HOME; pwd", envs={"X": "1"})
+    assert result.exit_code == 0 and result.stderr == "err\n"
+    assert result.stdout == "out\n/home/user\n/home/user\n"
+    assert sbx.commands.run("echo $X", envs={"X": "set"}).stdout == "set\n"
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("echo partial; exit 3")
+    assert failed.value.exit_code == 3 and failed.value.stdout == "partial\n"
+    assert sbx.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+
+
+def test_a_background_command_can_be_waited_for_and_killed(sbx):
+    waited = sbx.commands.run("sleep 0.5; echo finished", background=True)
+    assert waited.wait().stdout == "finished\n"
+    endless = sbx.commands.run("sleep 1000", background=True)
+    assert endless.pid in {p.pid for p in sbx.commands.list()}
+    assert endless.kill() is True
+    from e2b import CommandExitException
+
+    with pytest.raises(CommandExitException):
+        endless.wait()
+    assert endless.pid not in {p.pid for p in sbx.commands.list()}
+    assert sbx.commands.kill(endless.pid) is False
+
+
+def test_stdin_reaches_a_command(sbx):
+    handle = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "hello\n")
+    assert handle.wait().stdout == "got hello\n"
+
+
+# Lifetime
+
+def test_set_timeout_connect_list_and_kill(sbx, url):
+    from e2b import Sandbox as BaseSandbox
+    from e2b_code_interpreter import Sandbox
+
+    before = sbx.get_info().end_at
+    sbx.set_timeout(500)
+    after = sbx.get_info()
+    assert after.end_at > before and after.cpu_count == 1 and after.memory_mb >= 256
+    sbx.run_code("shared = 'from the first client'")
+    second = Sandbox.connect(sbx.sandbox_id)
+    assert second.run_code("shared").text == "'from the first client'"
+    assert sbx.sandbox_id in {s.sandbox_id for s in Sandbox.list().next_items()}
+    tagged = BaseSandbox.create(metadata={"run": "e2b-test"})
+    try:
+        listed = BaseSandbox.list(query=__import__("e2b").SandboxQuery(metadata={"run": "e2b-test"}))
+        assert [s.sandbox_id for s in listed.next_items()] == [tagged.sandbox_id]
+    finally:
+        tagged.kill()
+    assert BaseSandbox.kill(tagged.sandbox_id) is False
+
+
+def test_after_kill_every_call_fails_and_nothing_is_left(url):
+    from e2b import NotFoundException, SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    sandbox = Sandbox.create()
+    sandbox.commands.run("sleep 1000", background=True)
+    sandbox.files.write("left.txt", "x")
+    sandbox.kill()
+    assert not sandbox.is_running()
+    with pytest.raises(SandboxException):
+        sandbox.run_code("1")
+    with pytest.raises(SandboxException):
+        sandbox.files.read("left.txt")
+    with pytest.raises(SandboxException):
+        sandbox.commands.run("true")
+    with pytest.raises(NotFoundException):
+        Sandbox.connect(sandbox.sandbox_id)
+    with pytest.raises(NotFoundException):
+        sandbox.get_info()
+    # (running_server checks on exit that no container, work directory or cgroup is left.)
+
+
+def test_a_sandbox_past_its_timeout_is_gone(url):
+    from e2b_code_interpreter import Sandbox
+
+    sandbox = Sandbox.create(timeout=2)
+    assert sandbox.is_running()
+    deadline = time.monotonic() + scaled(20)
+    while sandbox.is_running() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not sandbox.is_running()
+    assert sandbox.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
+# Async
+
+def test_the_async_sdks(url):
+    from e2b import AsyncSandbox as AsyncBaseSandbox
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def scenario():
+        sandbox = await AsyncSandbox.create()
+        try:
+            await sandbox.run_code("total = 40")
+            assert (await sandbox.run_code("total + 2")).text == "42"
+            await sandbox.files.write("async.txt", "from async")
+            assert await sandbox.files.read("async.txt") == "from async"
+            # Output streams as it is written: "ready" arrives while the command still waits.
+            seen: list[str] = []
+            handle = await sandbox.commands.run(
+                "echo ready; while [ ! -e /tmp/go ]; do sleep 0.05; done; echo done",
+                background=True, on_stdout=seen.append)
+            deadline = time.monotonic() + scaled(20)
+            while "ready\n" not in seen and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            assert seen == ["ready\n"]
+            await sandbox.files.write("/tmp/go", "")
+            assert (await handle.wait()).stdout == "ready\ndone\n"
+            base = await AsyncBaseSandbox.connect(sandbox.sandbox_id)
+            assert (await base.commands.run("cat async.txt")).stdout == "from async"
+        finally:
+            await sandbox.kill()
+        assert not await sandbox.is_running()
+
+    asyncio.run(scenario())
+
+
+# Isolation and attacks, through the E2B wire
+
+def test_one_sandbox_cannot_see_anothers_files_or_processes(url):
+    from e2b_code_interpreter import Sandbox
+
+    first, second = Sandbox.create(), Sandbox.create()
+    try:
+        first.files.write("first-only.txt", "first's data")
+        first.files.write("/tmp/first-only.txt", "first's data")
+        first.commands.run("sleep 4242", background=True)
+        looked = second.commands.run(
+            "ls -a /home/user /tmp /dev/shm; cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; "
+            "cat /home/user/* /tmp/* 2>/dev/null; true")
+        assert "first" not in looked.stdout and "4242" not in looked.stdout
+        assert not second.files.exists("first-only.txt")
+        assert not second.files.exists("/tmp/first-only.txt")
+        assert "4242" in first.commands.run("cat /proc/[0-9]*/cmdline | tr '\\0' ' '").stdout
+        # No network, not even to the server that runs it.
+        probe = second.run_code(
+            "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=2)\n"
+            "    print('connected')\nexcept OSError as e:\n    print('refused', type(e).__name__)")
+        assert probe.logs.stdout[0].startswith("refused")
+        assert second.commands.run("id -u").stdout == "65534\n"
+    finally:
+        first.kill()
+        second.kill()
+
+
+def test_the_data_plane_wants_the_sandboxs_own_token(sbx, url):
+    other = __import__("e2b_code_interpreter").Sandbox.create()
+    try:
+        sbx.files.write("private.txt", "mine")
+        calls = [("GET", "/files?path=private.txt", None, 49983),
+                 ("POST", "/execute", json.dumps({"code": "open('private.txt').read()",
+                                                  "context_id": None, "language": None,
+                                                  "env_vars": None}), 49999),
+                 ("POST", "/filesystem.Filesystem/ListDir", json.dumps({"path": "/home/user"}), 49983),
+                 ("GET", "/health", None, 49983)]
+        for token in (None, other._envd_access_token, "guessed"):
+            for method, path, body, port in calls:
+                response = requests.request(method, f"{url}{path}", data=body,
+                                            headers={**data_headers(sbx, token, port),
+                                                     "Content-Type": "application/json"},
+                                            timeout=scaled(30))
+                assert response.status_code == 401, (path, token, response.text)
+                assert "mine" not in response.text
+        stream = requests.post(f"{url}/process.Process/Start",
+                               headers={**data_headers(sbx, None), "Content-Type": "application/connect+json"},
+                               data=envelope({"process": {"cmd": "/bin/cat", "args": ["private.txt"]}}),
+                               timeout=scaled(30))
+        assert stream.status_code == 401 and "mine" not in stream.text
+    finally:
+        other.kill()
+
+
+def test_the_control_plane_wants_the_servers_key(url):
+    from e2b import AuthenticationException
+    from e2b_code_interpreter import Sandbox
+
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="not-the-key")
+    response = requests.get(f"{url}/v2/sandboxes", headers={"X-API-KEY": "wrong"}, timeout=30)
+    assert response.status_code == 401 and set(response.json()) == {"code", "message"}
+
+
+def test_a_fork_bomb_and_a_memory_hog_hit_their_caps(url):
+    from e2b import CommandExitException, SandboxException, TimeoutException
+    from e2b_code_interpreter import Sandbox
+
+    sandbox = Sandbox.create()
+    try:
+        with pytest.raises(CommandExitException) as hog:
+            sandbox.commands.run("python3 -c 'x = bytearray(64 << 30)'")
+        assert hog.value.exit_code != 0
+        # The sandbox lives on after its biggest process went.
+        assert sandbox.commands.run("echo still here").stdout == "still here\n"
+        sandbox.commands.run("bomb() { bomb | bomb & }; bomb", background=True)
+        time.sleep(3)
+        try:  # its process limit holds: a count, when the bomb leaves room to start `ls`
+            count = sandbox.commands.run("ls -d /proc/[0-9]* | wc -l", timeout=10).stdout
+            assert int(count) <= 256  # SANDBOX_PIDS_LIMIT's default, threads included
+        except (CommandExitException, TimeoutException, SandboxException):
+            pass
+        started = time.monotonic()
+    finally:
+        sandbox.kill()
+    assert time.monotonic() - started < scaled(30)  # the kill does not wait on the bomb
+    fresh = Sandbox.create()
+    try:
+        assert fresh.run_code("6 * 7").text == "42"
+    finally:
+        fresh.kill()
+
+
+# Bad input: E2B's error shapes, never a 500, never a hang
+
+def test_internet_access_is_refused_out_loud(url):
+    from e2b import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    with pytest.raises(SandboxException, match="no network access"):
+        Sandbox.create(allow_internet_access=True)
+    with pytest.raises(SandboxException, match="unknown template"):
+        Sandbox.create(template="no-such-template")
+    with pytest.raises(SandboxException, match="cannot host"):
+        Sandbox.create(template="cpp")
+
+
+def test_unknown_sandboxes_and_contexts(url, sbx):
+    from e2b import NotFoundException, SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    with pytest.raises(NotFoundException):
+        Sandbox.connect("nosuchreplica-0123456789abcdef01234567")
+    assert Sandbox.kill("not an id") is False
+    with pytest.raises(NotFoundException):
+        sbx.run_code("1", context=type("Ctx", (), {"id": "nope"})())
+    response = requests.post(f"{url}/v2/sandboxes", data="{not json",
+                             headers={"X-API-KEY": API_KEY}, timeout=30)
+    assert response.status_code == 400 and "not JSON" in response.json()["message"]
+    with pytest.raises(SandboxException):
+        Sandbox.create(timeout=10 ** 9)
+
+
+def test_malformed_connect_messages_get_connect_errors(sbx, url):
+    headers = {**data_headers(sbx), "Content-Type": "application/connect+json"}
+    for body in (b"", b"\x00\x00", b"\x00\x00\x00\x00\x10{}", b"\x01\x00\x00\x00\x02{}",
+                 envelope({"process": "not an object"}), b"\x00\x00\x00\x00\x03abc"):
+        response = requests.post(f"{url}/process.Process/Start", data=body, headers=headers,
+                                 timeout=scaled(30))
+        assert 400 <= response.status_code < 500, (body, response.status_code, response.text)
+        assert response.json()["code"] in ("invalid_argument", "unimplemented")
+    unary = requests.post(f"{url}/filesystem.Filesystem/Stat", data="[1, 2]",
+                          headers={**data_headers(sbx), "Content-Type": "application/json"},
+                          timeout=scaled(30))
+    assert unary.status_code == 400 and unary.json()["code"] == "invalid_argument"
+    missing = requests.post(f"{url}/filesystem.Filesystem/Stat", data=json.dumps({"path": "nope"}),
+                            headers={**data_headers(sbx), "Content-Type": "application/json"},
+                            timeout=scaled(30))
+    assert missing.status_code == 404 and missing.json()["code"] == "not_found"
+    no_id = requests.get(f"{url}/files?path=x", timeout=30)
+    assert no_id.status_code == 400 and "E2b-Sandbox-Id" in no_id.json()["message"]
