@@ -495,6 +495,27 @@ def note_run_result(request: Request, job: Job, result: JobResult, verdict: str,
         record.run_s = result.run.wall_time_s
 
 
+def note_sandbox_call(request: Request, language: str, code: str, sandbox_id: str,
+                      memory_mb: int) -> None:
+    """A call that runs code in a kept sandbox (E2B's cells and commands): what it asked."""
+    record = run_record(request)
+    if record is None:
+        return
+    record.language, record.code = language, code
+    record.sandbox_id = record.session_id = sandbox_id
+    record.limits = {"memory_mb": memory_mb}
+
+
+def note_sandbox_result(request: Request, verdict: str, run_s: float) -> None:
+    """How it ended: Success, Failed (an error, a non-zero exit) or SandboxError."""
+    record = run_record(request)
+    if record is None:
+        return
+    record.verdict, record.engine_s, record.run_s = verdict, run_s, run_s
+    if verdict == "SandboxError":
+        record.result_error_kind = "backend_error"
+
+
 def note_evaluation_result(request: Request, evaluation, result, status: str,
                            engine_s: float) -> None:
     """The same for /v1/evaluate: run time is the sum of the tests' times, and the audit line

@@ -10,6 +10,7 @@ import json
 import os
 import struct
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -22,7 +23,12 @@ API_KEY = "e2b-test-key-0123456789"
 
 
 @pytest.fixture(scope="module")
-def url(docker_ready, tmp_path_factory):
+def folder(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("e2b")
+
+
+@pytest.fixture(scope="module")
+def url(docker_ready, folder):
     """A server of its own: an API key set (the control plane checks it; the data plane checks
     each sandbox's access token instead), and on exit nothing of it left."""
     problem = _oci_problem()
@@ -30,8 +36,8 @@ def url(docker_ready, tmp_path_factory):
         if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
             pytest.fail(problem)
         pytest.skip(problem)
-    with running_server(tmp_path_factory.mktemp("e2b"), backend="oci", api_key=API_KEY,
-                        max_concurrency=4, max_session_lifetime_s=600) as base:
+    with running_server(folder, backend="oci", api_key=API_KEY, max_concurrency=4,
+                        max_session_lifetime_s=600, audit_log=folder / "audit.jsonl") as base:
         saved = {k: os.environ.get(k) for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL",
                                                   "E2B_DEBUG")}
         # The three variables docs/e2b.md tells users to set; nothing else.
@@ -322,6 +328,27 @@ def test_the_async_sdks(url):
         assert not await sandbox.is_running()
 
     asyncio.run(scenario())
+
+
+def test_cells_and_commands_are_counted_and_audited(url, sbx, folder):
+    def counted(status: str, language: str) -> float:
+        text = requests.get(f"{url}/metrics", headers={"X-API-Key": API_KEY}, timeout=30).text
+        line = f'sandbox_requests_total{{language="{language}",status="{status}"}} '
+        return sum(float(row.split()[-1]) for row in text.splitlines() if row.startswith(line))
+
+    before = (counted("Success", "python"), counted("Failed", "python"), counted("Failed", "bash"))
+    marker = "audited_" + os.urandom(4).hex()
+    sbx.run_code(f"{marker} = 1")
+    sbx.run_code("1/0")
+    with pytest.raises(__import__("e2b").CommandExitException):
+        sbx.commands.run(f"echo {marker}; exit 4")
+    after = (counted("Success", "python"), counted("Failed", "python"), counted("Failed", "bash"))
+    assert [b - a for a, b in zip(before, after)] == [1, 1, 1]
+    lines = [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()
+             if marker in line]
+    assert [(r["path"], r["language"], r["status"], r["session_id"]) for r in lines] == [
+        ("/execute", "python", "Success", sbx.sandbox_id),
+        ("/process.Process/Start", "bash", "Failed", sbx.sandbox_id)]
 
 
 # Isolation and attacks, through the E2B wire

@@ -20,6 +20,8 @@ from .wire import E2bError, RpcError
 CONTROL_PLANE = ("/sandboxes", "/v2/sandboxes")
 # Data-plane calls carry a sandbox's access token, not the server's API key (the SDK sends the
 # key only to the control plane).
+# The calls that run code: counted in /metrics and written to the audit log like /run_code.
+AUDITED_PATHS = ("/execute", "/process.Process/Start")
 DATA_PLANE = ("/process.Process/", "/filesystem.Filesystem/", "/files", "/health", "/execute",
               "/contexts")
 
@@ -50,6 +52,7 @@ def install_e2b(app: FastAPI, services) -> None:
     async def rpc_error(request: Request, exc: RpcError):
         return exc.response()
 
+    app.state.ops.audited_paths.update(AUDITED_PATHS)
     # E2B's SDKs are their specification (docs/e2b.md), not this server's OpenAPI document.
     for router in (control_router(services), envd_router(services), interpreter_router(services)):
         app.include_router(router, include_in_schema=False)

@@ -13,6 +13,7 @@ import contextlib
 import gzip
 import io
 import signal as signals
+import time
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Request, Response
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from ...engine.backends import BackendError
 from ...sessions import MAX_FILE_BYTES, AgentFailure
+from ..observability import note_sandbox_call, note_sandbox_result
 from .sandboxes import E2bSandbox, Process, data_sandbox
 from .wire import (END_STREAM, STREAM_TYPE, E2bError, RpcError, entry_info, frame, not_running,
                    rpc_message, unframe, write_info)
@@ -91,7 +93,16 @@ async def _pump(sandbox: E2bSandbox, process: Process, events: AsyncIterator[dic
         process.tell(None)
 
 
-async def _frames(process: Process, queue: asyncio.Queue) -> AsyncIterator[bytes]:
+async def _frames(process: Process, queue: asyncio.Queue,
+                  request: Request | None = None) -> AsyncIterator[bytes]:
+    """A process's events as Connect frames; with ``request`` (Start's), how it ended is noted
+    for the metrics and the audit log."""
+    started = time.perf_counter()
+
+    def note(verdict: str) -> None:
+        if request is not None:
+            note_sandbox_result(request, verdict, time.perf_counter() - started)
+
     try:
         yield frame({"event": {"start": {"pid": process.pid}}})
         while True:
@@ -100,8 +111,11 @@ async def _frames(process: Process, queue: asyncio.Queue) -> AsyncIterator[bytes
                 yield frame({}, END_STREAM)
                 return
             if "error" in event:
+                note("SandboxError")
                 yield RpcError("unavailable", event["error"]).end_frame()
                 return
+            if "end" in event:
+                note("Success" if event["end"]["exitCode"] == 0 else "Failed")
             yield frame({"event": event})
             if "end" in event:
                 yield frame({}, END_STREAM)
@@ -168,7 +182,9 @@ def envd_router(services) -> APIRouter:
         queue = process.listen()
         sandbox.processes[process.pid] = process
         process.task = asyncio.create_task(_pump(sandbox, process, events))
-        return StreamingResponse(_frames(process, queue), media_type=STREAM_TYPE)
+        note_sandbox_call(request, "bash" if cmd.endswith("bash") else cmd, " ".join([cmd, *args]),
+                          sandbox.id, sandbox.session.limits.memory_mb)
+        return StreamingResponse(_frames(process, queue, request), media_type=STREAM_TYPE)
 
     @rpc("process.Process/Connect", streaming=True)
     async def connect(request: Request):

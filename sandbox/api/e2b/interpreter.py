@@ -15,6 +15,7 @@ from fastapi.responses import StreamingResponse
 
 from ...engine.backends import BackendError
 from ...sessions import AgentFailure
+from ..observability import note_sandbox_call, note_sandbox_result
 from .sandboxes import LANGUAGE_ALIASES, LANGUAGES, Context, E2bSandbox, data_sandbox
 from .wire import E2bError, not_running, rest_body
 
@@ -42,11 +43,13 @@ async def _unsupported_run(name: str) -> AsyncIterator[bytes]:
     yield _line({"type": "end_of_execution"})
 
 
-async def _run(sandbox: E2bSandbox, context: Context, events: AsyncIterator[dict],
-               count: int) -> AsyncIterator[bytes]:
+async def _run(request: Request, sandbox: E2bSandbox, context: Context,
+               events: AsyncIterator[dict], count: int) -> AsyncIterator[bytes]:
     """The agent's events of one execution as E2B's lines. Should the client go (its timeout,
     a dropped connection), the cell is interrupted rather than left running."""
     over = False
+    failed = False
+    started = time.perf_counter()
     try:
         async for event in events:
             kind = event.get("ev")
@@ -56,11 +59,15 @@ async def _run(sandbox: E2bSandbox, context: Context, events: AsyncIterator[dict
                 result = {k: v for k, v in event["data"].items() if k in RESULT_FORMATS}
                 yield _line({"type": "result", **result, "is_main_result": bool(event.get("main"))})
             elif kind == "error":
+                failed = True
                 yield _line({"type": "error", "name": str(event.get("name", "")),
                              "value": str(event.get("value", "")),
                              "traceback": str(event.get("traceback", ""))})
             elif kind in ("end", "fail", "gone"):
                 over = True
+                note_sandbox_result(request, "SandboxError" if kind == "gone" else
+                                    "Failed" if failed or kind == "fail" else "Success",
+                                    time.perf_counter() - started)
                 if kind == "fail":
                     yield _line({"type": "error", "name": "ContextError",
                                  "value": str(event.get("message")), "traceback": ""})
@@ -128,7 +135,9 @@ def interpreter_router(services) -> APIRouter:
         except BackendError as exc:
             raise E2bError(502, not_running(sandbox.id, str(exc))) from None
         sandbox.executions += 1
-        return StreamingResponse(_run(sandbox, context, events, sandbox.executions),
+        note_sandbox_call(request, context.language, code, sandbox.id,
+                          sandbox.session.limits.memory_mb)
+        return StreamingResponse(_run(request, sandbox, context, events, sandbox.executions),
                                  media_type=NDJSON)
 
     @router.post("/contexts", summary="E2B code interpreter: create a context")
