@@ -17,7 +17,6 @@ import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -108,6 +107,8 @@ def shell(command: str) -> None:
     if PIP_INSTALL.match(command):
         sys.stderr.write(NO_PIP)
         return
+    import subprocess  # here: a context's start-up is a sandbox's create time
+
     sys.stdout.flush()
     done = subprocess.run(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -141,8 +141,10 @@ def control_router(services) -> APIRouter:
         except BackendError as exc:
             raise E2bError(503, f"could not start a sandbox: {exc}", BUSY) from None
         sandbox = session.wire = E2bSandbox(session, template, metadata, env)
-        try:
-            await sandbox.default_context("python")  # the code interpreter's, ready at once
+        if not template.startswith("code-interpreter"):
+            return JSONResponse(status_code=201, content=sandbox_json(sandbox))
+        try:  # the code interpreter's Python, starting while the client sends its first cell
+            await sandbox.default_context("python")
         except Exception as exc:  # noqa: BLE001 - the sandbox is no use without it
             await sessions.remove(session)
             raise E2bError(503, f"could not start the sandbox's Python: {exc}", BUSY) from None
