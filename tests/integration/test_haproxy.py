@@ -323,6 +323,34 @@ def test_fifty_sessions_each_call_reaches_its_owner(fleet):
     assert all(f"key={sid} " in table for sid, _ in done), "a session id is not in the stick table"
 
 
+def test_e2b_sandboxes_through_one_url(fleet, monkeypatch):
+    """E2B's SDK pointed at HAProxy: every call of a sandbox (control plane by the id in its
+    path, data plane by its E2b-Sandbox-Id header) reaches the server that holds it."""
+    from e2b_code_interpreter import Sandbox
+
+    for name in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+        monkeypatch.setenv(name, fleet.url)
+    monkeypatch.setenv("E2B_API_KEY", "unused")
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+
+    def life(index: int) -> str:
+        sandbox = Sandbox.create()
+        try:
+            sandbox.run_code(f"x = {index}")
+            sandbox.files.write("n.txt", str(index))
+            assert sandbox.run_code("x * 2").text == str(index * 2)
+            assert sandbox.commands.run("cat n.txt").stdout == str(index)
+            sandbox.set_timeout(120)
+            assert sandbox.get_info().sandbox_id == sandbox.sandbox_id
+        finally:
+            sandbox.kill()
+        return sandbox.sandbox_id
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        ids = list(pool.map(life, range(8)))
+    assert {i.rsplit("-", 1)[0] for i in ids} == {s.name for s in fleet.servers}, ids
+
+
 def test_a_server_added_to_the_dns_name_takes_traffic(fleet):
     newcomer = fleet.add_server("127.0.0.4")
     fleet.stack.callback(_stop, newcomer)

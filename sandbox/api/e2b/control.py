@@ -20,6 +20,7 @@ from ...engine.backends import BackendError
 from ...runtimes import RuntimeSpec
 from ...sessions import SessionGone, SessionsFull, SessionsUnsupported
 from ..schemas import RunCodeRequest
+from ..sessions import SESSION_HEADER
 from ..translate import build_job
 from .sandboxes import E2bSandbox, control_sandbox, e2b_sandbox
 from .wire import ENVD_VERSION, E2bError, rest_body, rfc3339
@@ -141,14 +142,16 @@ def control_router(services) -> APIRouter:
         except BackendError as exc:
             raise E2bError(503, f"could not start a sandbox: {exc}", BUSY) from None
         sandbox = session.wire = E2bSandbox(session, template, metadata, env)
+        created = JSONResponse(status_code=201, content=sandbox_json(sandbox),
+                               headers={SESSION_HEADER: sandbox.id})  # what a proxy sticks on
         if not template.startswith("code-interpreter"):
-            return JSONResponse(status_code=201, content=sandbox_json(sandbox))
+            return created
         try:  # the code interpreter's Python, starting while the client sends its first cell
             await sandbox.default_context("python")
         except Exception as exc:  # noqa: BLE001 - the sandbox is no use without it
             await sessions.remove(session)
             raise E2bError(503, f"could not start the sandbox's Python: {exc}", BUSY) from None
-        return JSONResponse(status_code=201, content=sandbox_json(sandbox))
+        return created
 
     router.add_api_route("/v2/sandboxes", create, methods=["POST"], status_code=201,
                          summary="Create a sandbox (E2B)")
@@ -162,7 +165,8 @@ def control_router(services) -> APIRouter:
             lifetime = _timeout(body["timeout"], settings.max_session_lifetime_s)
             if sandbox.session.lifetime_left_s() < lifetime:  # connect only extends
                 sandbox.session.extend(lifetime)
-        return JSONResponse(status_code=200, content=sandbox_json(sandbox))
+        return JSONResponse(status_code=200, content=sandbox_json(sandbox),
+                            headers={SESSION_HEADER: sandbox.id})
 
     router.add_api_route("/v2/sandboxes/{sandbox_id}/connect", connect, methods=["POST"],
                          summary="Connect to a running sandbox (E2B)")
