@@ -157,7 +157,15 @@ class OciSandbox:
         """The name ``start_container`` gives this sandbox's first container."""
         return f"{self.id}-1"
 
-    def _forget_step(self, name: str) -> None:
+    async def kill_step(self, name: str) -> None:
+        """SIGKILL to the step container ``name`` (it is gone once its runtime process exits)."""
+        await self._backend.kill(name)
+
+    @property
+    def runtime(self) -> str:
+        return self._backend.runtime
+
+    def forget_step(self, name: str) -> None:
         """A finished step's bundle folder: the runtime read its config.json at start. A
         session runs many steps in one sandbox, and the bundle tmpfs is small."""
         shutil.rmtree(self.bundle_dir / f"step{name.rsplit('-', 1)[1]}", ignore_errors=True)
@@ -234,7 +242,7 @@ class OciSandbox:
                 await self._backend.kill(name)
                 proc.kill()
                 await wait_exit(proc, self._backend.runtime)
-            self._forget_step(name)
+            self.forget_step(name)
 
     @asynccontextmanager
     async def test_session(self, budget_s: float) -> AsyncIterator["OciTestSession"]:

@@ -17,7 +17,8 @@ import contextlib
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING, Sequence
+from pathlib import Path
+from typing import Protocol, Sequence
 
 from ..cgroups import CgroupMemory, MemoryFacts, remove_cgroup
 from ..output import CappedBuffer
@@ -25,9 +26,6 @@ from .base import SANDBOX_UID, BackendError, SandboxUnavailable
 from .host import _mount_tmpfs
 from .oci_status import parse_status, read_status, wait_exit
 from .rootfs import INIT
-
-if TYPE_CHECKING:
-    from .oci import OciSandbox
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +36,26 @@ READY_TIMEOUT_S = 30.0
 LIFETIME_GRACE_S = 30.0
 
 
+class KeptBox(Protocol):
+    """What a live process needs of the sandbox it runs in (``oci.OciSandbox``)."""
+
+    bundle_dir: Path
+    workdir: Path
+    runtime: str
+
+    async def start_container(self, args: Sequence[str], workdir_writable: bool = True,
+                              extra_mounts: Sequence[dict] = (), more_fds: tuple[int, ...] = (),
+                              template: bool = False): ...
+
+    async def kill_step(self, name: str) -> None: ...
+
+    def forget_step(self, name: str) -> None: ...
+
+
 class LiveProcess:
     """The container running ``argv`` (plus the control folder's path) in ``box``."""
 
-    def __init__(self, box: "OciSandbox", argv: Sequence[str], control_mb: int,
+    def __init__(self, box: KeptBox, argv: Sequence[str], control_mb: int,
                  line_limit: int = 1 << 16, also_at: Sequence[str] = ()) -> None:
         self.box = box
         self.argv = list(argv)
@@ -141,16 +155,16 @@ class LiveProcess:
         with contextlib.suppress(OSError):
             self._status_sock.close()  # lets init exit, should the interpreter be gone already
         if proc.returncode is None:
-            await self.box._backend.kill(self._name)
+            await self.box.kill_step(self._name)
             try:
                 await asyncio.wait_for(proc.wait(), 5.0)
             except asyncio.TimeoutError:
                 proc.kill()
-                await wait_exit(proc, self.box._backend.runtime)
+                await wait_exit(proc, self.box.runtime)
         await asyncio.wait(self._drains, timeout=2.0)
         for task in self._drains:
             task.cancel()
-        self.box._forget_step(self._name)
+        self.box.forget_step(self._name)
         if not await asyncio.to_thread(remove_cgroup, self.cgroups_path):
             log.warning("session container %s: its cgroup %s is still busy", self._name,
                         self.cgroups_path)
