@@ -135,6 +135,16 @@ def test_two_contexts_are_independent_and_bash_keeps_its_state(sbx):
         sbx.run_code("echo gone", context=shell)
 
 
+def test_environment_of_the_sandbox_and_of_one_call(url):
+    from e2b_code_interpreter import Sandbox
+
+    with Sandbox.create(envs={"SANDBOX_WIDE": "everywhere"}) as sandbox:
+        assert sandbox.commands.run("echo $SANDBOX_WIDE").stdout == "everywhere\n"
+        assert sandbox.run_code("import os; os.environ['SANDBOX_WIDE']").text == "'everywhere'"
+        assert sandbox.run_code("os.environ.get('ONCE')", envs={"ONCE": "1"}).text == "'1'"
+        assert sandbox.run_code("os.environ.get('ONCE')").text is None  # this call only
+
+
 def test_a_language_without_an_interpreter_is_a_clear_error_line(sbx):
     execution = sbx.run_code("cat(1)", language="r")
     assert execution.error is not None and "no r interpreter" in execution.error.value
@@ -473,6 +483,13 @@ def test_unknown_sandboxes_and_contexts(url, sbx):
     assert response.status_code == 400 and "not JSON" in response.json()["message"]
     with pytest.raises(SandboxException):
         Sandbox.create(timeout=10 ** 9)
+    with pytest.raises(SandboxException, match="pausing is not served"):
+        sbx.beta_pause()
+    with pytest.raises(SandboxException, match="pausing is not served"):
+        Sandbox.create(lifecycle={"on_timeout": "pause"})
+    unknown = requests.get(f"{url}/sandboxes/{sbx.sandbox_id}/snapshots",
+                           headers={"X-API-KEY": API_KEY}, timeout=30)
+    assert unknown.status_code in (404, 405) and "not served" in unknown.json()["message"]
 
 
 def test_malformed_connect_messages_get_connect_errors(sbx, url):

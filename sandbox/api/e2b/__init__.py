@@ -11,6 +11,8 @@ from __future__ import annotations
 
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from starlette.exceptions import HTTPException
 
 from .control import control_router
 from .envd import envd_router
@@ -51,6 +53,16 @@ def install_e2b(app: FastAPI, services) -> None:
     @app.exception_handler(RpcError)
     async def rpc_error(request: Request, exc: RpcError):
         return exc.response()
+
+    @app.exception_handler(HTTPException)
+    async def unknown_route(request: Request, exc: HTTPException):
+        """A path or method this server does not serve, under E2B's paths: in E2B's shape (its
+        SDK cannot read FastAPI's `detail`)."""
+        path = request.url.path
+        if _under(path, CONTROL_PLANE) or _under(path, DATA_PLANE):
+            return E2bError(exc.status_code, f"{request.method} {path} is not served here "
+                                             f"(docs/e2b.md lists what is)").response()
+        return await http_exception_handler(request, exc)
 
     app.state.ops.audited_paths.update(AUDITED_PATHS)
     # E2B's SDKs are their specification (docs/e2b.md), not this server's OpenAPI document.

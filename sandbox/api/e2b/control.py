@@ -119,6 +119,10 @@ def control_router(services) -> APIRouter:
         if not isinstance(template, str):
             raise E2bError(400, "templateID must be a string")
         _refuse_network(body)
+        resume = body.get("autoResume")
+        if body.get("autoPause") is True or (isinstance(resume, dict) and resume.get("enabled")):
+            raise E2bError(400, "pausing is not served here: a sandbox runs until it is killed "
+                                "or its timeout passes; leave auto_pause unset")
         spec = template_spec(services, template)
         ceiling = settings.max_session_lifetime_s
         lifetime = _timeout(body.get("timeout"), ceiling)
@@ -191,6 +195,12 @@ def control_router(services) -> APIRouter:
         except SessionGone:
             raise E2bError(404, f"sandbox {sandbox_id[:80]!r} not found") from None
         return Response(status_code=204)
+
+    @router.post("/sandboxes/{sandbox_id}/pause", summary="Pause a sandbox (E2B): not served")
+    async def pause(sandbox_id: str) -> Response:
+        control_sandbox(sessions, sandbox_id)
+        raise E2bError(501, "pausing is not served here: a sandbox runs until it is killed or "
+                            "its timeout passes (its state cannot be snapshotted on this host)")
 
     @router.get("/sandboxes/{sandbox_id}", summary="A sandbox's details (E2B)")
     async def info(sandbox_id: str) -> JSONResponse:
