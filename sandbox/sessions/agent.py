@@ -1,4 +1,4 @@
-"""The server's side of a sandbox agent (images/python/sandbox-agent.py): the program a
+"""The server's side of a sandbox agent (images/python/sandbox_agent.py): the program a
 session runs instead of an interpreter when many calls share the sandbox at once (an E2B
 sandbox: processes, code contexts, files; ``sandbox/api/e2b``).
 

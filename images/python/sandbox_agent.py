@@ -1,0 +1,494 @@
+"""The agent of a sandbox that many calls share at once (an E2B sandbox: sandbox/sessions/agent.py
+is the server's side): the first program in its container, as the sandbox's user, under every
+limit the container has. Like E2B's envd inside its VMs, it runs what the server asks for:
+processes whose output is streamed as it comes, code contexts (a Python kernel, a bash shell),
+and file operations, all with the container's view and the sandbox user's rights.
+
+fd 4 is the server's control socket. After ``READY``, both ways are JSON lines; bytes are
+base64. The server sends ``{"op": ..., "id": N, ...}``; we answer ``{"id": N, "ev": ...}``:
+
+    spawn    argv, env, cwd, stdin   -> start {pid} | fail; then data {fd, data}..., exit {code}
+    input    target, data            (stdin of the process started by id ``target``)
+    close    target                  (its stdin)
+    signal   target, signal          (to its process group)
+    fs       call, args              -> reply {result} | fail {code, message}
+    context  context, language, cwd  -> reply | fail
+    exec     context, code, env      -> stdout/stderr {text}, result, error, ..., end | fail
+    interrupt context                (SIGINT to the context's running execution)
+    restart  context / drop context  -> reply | fail
+
+The server treats all of this as untrusted: code in the sandbox runs as our user too, and can
+do whatever we can (even write our memory through /proc); we hold nothing it may not have.
+Start-up is a sandbox's create time: ``python3 -S`` (no site: the standard library is all we
+need), and modules only one operation needs are imported there.
+"""
+
+import base64
+import grp
+import json
+import os
+import pwd
+import queue
+import selectors
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+
+HOME = os.environ.get("SANDBOX_AGENT_HOME", "/home/user")  # the variable: tests on a host
+LIB = os.path.dirname(os.path.abspath(__file__))
+CHUNK = 1 << 16
+# A code context's interpreters, by language (E2B's names); the others are answered with a
+# clear error by the server.
+KERNELS = {"python": [sys.executable, os.path.join(LIB, "sandbox-kernel.py")],
+           "bash": ["/bin/bash", "--noprofile", "--norc"]}
+
+channel: socket.socket
+sending = threading.Lock()
+processes: dict[int, subprocess.Popen] = {}   # by the spawn's id
+contexts: dict[str, "Context"] = {}
+
+
+def send(event: dict) -> None:
+    data = (json.dumps(event) + "\n").encode()
+    with sending:
+        channel.sendall(data)
+
+
+def fail(request_id: int, code: str, message: str) -> None:
+    send({"id": request_id, "ev": "fail", "code": code, "message": message})
+
+
+def error_code(exc: OSError) -> str:
+    """Connect-RPC's code for an OS error (what E2B's envd answers)."""
+    return {2: "not_found", 20: "invalid_argument", 21: "invalid_argument", 13: "permission_denied",
+            1: "permission_denied", 30: "permission_denied", 17: "already_exists",
+            39: "failed_precondition", 28: "resource_exhausted", 122: "resource_exhausted",
+            36: "invalid_argument", 18: "invalid_argument"}.get(exc.errno, "unknown")
+
+
+def resolve(path: str) -> str:
+    path = os.path.expanduser(path) if path.startswith("~") else path
+    return os.path.normpath(os.path.join(HOME, path))
+
+
+def environment(extra: dict) -> dict:
+    env = dict(os.environ)
+    env.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+# Processes
+
+def pump(request_id: int, proc: subprocess.Popen) -> None:
+    """Its output as it comes, then its exit code. A background child that keeps the pipes
+    open does not hold the end back: what is there when the process exits is the last."""
+    selector = selectors.DefaultSelector()
+    for fd_number, stream in ((1, proc.stdout), (2, proc.stderr)):
+        os.set_blocking(stream.fileno(), False)
+        selector.register(stream, selectors.EVENT_READ, fd_number)
+    exited_at = None
+    while selector.get_map():
+        for key, _ in selector.select(timeout=0.1):
+            try:
+                chunk = os.read(key.fileobj.fileno(), CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""  # as good as closed
+            if chunk:
+                send({"id": request_id, "ev": "data", "fd": key.data,
+                      "data": base64.b64encode(chunk).decode()})
+            else:
+                selector.unregister(key.fileobj)
+        if proc.poll() is not None:
+            exited_at = exited_at or time.monotonic()
+            if time.monotonic() - exited_at > 0.1:
+                break
+    selector.close()
+    code = proc.wait()
+    processes.pop(request_id, None)
+    send({"id": request_id, "ev": "exit", "code": code})
+
+
+def spawn(request: dict) -> None:
+    request_id = request["id"]
+    try:
+        proc = subprocess.Popen(
+            request["argv"], cwd=resolve(request.get("cwd") or HOME),
+            env=environment(request.get("env")), start_new_session=True,
+            stdin=subprocess.PIPE if request.get("stdin") else subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as exc:
+        fail(request_id, error_code(exc), f"cannot start {request['argv'][0]!r}: {exc.strerror}")
+        return
+    processes[request_id] = proc
+    send({"id": request_id, "ev": "start", "pid": proc.pid})
+    threading.Thread(target=pump, args=(request_id, proc), daemon=True).start()
+
+
+def to_process(request: dict) -> None:
+    proc = processes.get(request["target"])
+    if proc is None:
+        return  # over already: the server knows from its exit
+    try:
+        if request["op"] == "signal":
+            os.killpg(proc.pid, request["signal"])
+        elif request["op"] == "input" and proc.stdin:
+            proc.stdin.write(base64.b64decode(request["data"]))
+            proc.stdin.flush()
+        elif request["op"] == "close" and proc.stdin:
+            proc.stdin.close()
+    except (OSError, ValueError):
+        pass  # it exited meanwhile
+
+
+# Files
+
+def entry(path: str) -> dict:
+    info = os.lstat(path)
+    kind = ("dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode)
+            else "symlink" if stat.S_ISLNK(info.st_mode) else "other")
+    try:
+        owner = pwd.getpwuid(info.st_uid).pw_name
+    except KeyError:
+        owner = str(info.st_uid)
+    try:
+        group = grp.getgrgid(info.st_gid).gr_name
+    except KeyError:
+        group = str(info.st_gid)
+    target = None
+    if kind == "symlink":
+        target = os.path.realpath(path)
+        kind = "dir" if os.path.isdir(path) else "file"
+    return {"name": os.path.basename(path) or "/", "path": path, "type": kind,
+            "size": info.st_size, "mode": stat.S_IMODE(info.st_mode),
+            "permissions": stat.filemode(info.st_mode), "owner": owner, "group": group,
+            "modified": info.st_mtime, "symlink_target": target}
+
+
+def listing(path: str, depth: int) -> list:
+    found = []
+    with os.scandir(path) as items:
+        for item in sorted(items, key=lambda i: i.name):
+            full = os.path.join(path, item.name)
+            try:
+                found.append(entry(full))
+            except OSError:
+                continue  # gone meanwhile
+            if depth > 1 and item.is_dir(follow_symlinks=False):
+                try:
+                    found += listing(full, depth - 1)
+                except OSError:
+                    pass
+    return found
+
+
+def fs(call: str, args: dict):
+    path = resolve(args["path"]) if "path" in args else None
+    if call == "read":
+        with open(path, "rb") as f:
+            data = f.read(args["limit"] + 1)
+        if len(data) > args["limit"]:
+            raise OSError(27, f"the file is larger than {args['limit']} bytes, this server's "
+                              f"limit for one read")
+        return base64.b64encode(data).decode()
+    if call == "write":
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(args["data"]))
+        return entry(path)
+    if call == "stat":
+        return entry(path)
+    if call == "list":
+        if not os.path.isdir(path):
+            raise NotADirectoryError(20, "not a directory", path)
+        return listing(path, max(1, int(args.get("depth") or 1)))
+    if call == "mkdir":
+        if os.path.isdir(path):
+            raise FileExistsError(17, "the directory exists already", path)
+        os.makedirs(path)
+        return entry(path)
+    if call == "remove":
+        if os.path.isdir(path) and not os.path.islink(path):
+            import shutil  # only here: it costs the agent's start-up ~6 ms
+
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+        return None
+    if call == "move":
+        destination = resolve(args["destination"])
+        os.makedirs(os.path.dirname(destination), exist_ok=True)
+        os.rename(path, destination)
+        return entry(destination)
+    raise ValueError(f"no file operation {call!r}")
+
+
+def file_operation(request: dict) -> None:
+    try:
+        result = fs(request["call"], request["args"])
+    except OSError as exc:
+        name = exc.filename or request["args"].get("path", "")
+        fail(request["id"], error_code(exc), f"{name}: {exc.strerror or exc}")
+        return
+    except (ValueError, KeyError, TypeError) as exc:
+        fail(request["id"], "invalid_argument", str(exc))
+        return
+    send({"id": request["id"], "ev": "reply", "result": result})
+
+
+# Code contexts
+
+class Context:
+    """One interpreter (KERNELS) and its executions, one at a time in arrival order."""
+
+    def __init__(self, context_id: str, language: str, cwd: str, env: dict) -> None:
+        self.id = context_id
+        self.language = language
+        self.cwd = cwd
+        self.env = env
+        self.queue: queue.SimpleQueue = queue.SimpleQueue()
+        self.current: int | None = None   # the execution running now
+        self.proc: subprocess.Popen | None = None
+        self.done = threading.Event()
+        self.dead = False
+        self.lock = threading.Lock()
+        self.start()
+        threading.Thread(target=self.work, daemon=True).start()
+
+    def start(self) -> None:
+        ours, theirs = socket.socketpair()
+        argv = KERNELS[self.language]
+        argv = argv + [str(theirs.fileno())] if self.language == "python" else argv
+        self.proc = subprocess.Popen(argv, cwd=self.cwd, env=environment(self.env),
+                                     stdin=subprocess.PIPE if self.language == "bash" else subprocess.DEVNULL,
+                                     stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+                                     start_new_session=True)
+        theirs_fd = theirs.fileno()
+        theirs.close()
+        self.marker_fd = theirs_fd  # bash writes each execution's status there
+        self.control = ours
+        self.dead = False
+        threading.Thread(target=self.pump, args=(self.proc, ours), daemon=True).start()
+
+    def stop(self) -> None:
+        with self.lock:
+            proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            proc.wait()
+
+    def pump(self, proc: subprocess.Popen, control: socket.socket) -> None:
+        """The interpreter's events and its pipes' output, for the execution running now;
+        when it ends (or says something we cannot read), ``died``."""
+        try:
+            self._pump(proc, control)
+        except Exception:  # noqa: BLE001 - a garbled line: the interpreter is not ours any more
+            os.killpg(proc.pid, signal.SIGKILL)
+        control.close()
+        self.died(proc)
+
+    def _pump(self, proc: subprocess.Popen, control: socket.socket) -> None:
+        selector = selectors.DefaultSelector()
+        for name, stream in (("stdout", proc.stdout), ("stderr", proc.stderr)):
+            os.set_blocking(stream.fileno(), False)
+            selector.register(stream.fileno(), selectors.EVENT_READ, name)
+        selector.register(control, selectors.EVENT_READ, "control")
+        pending = b""
+
+        def drain() -> None:
+            for key in list(selector.get_map().values()):
+                if key.data == "control":
+                    continue
+                while True:
+                    try:
+                        chunk = os.read(key.fd, CHUNK)
+                    except BlockingIOError:
+                        break
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        break
+                    self.event({"ev": key.data, "text": chunk.decode(errors="replace")})
+
+        while True:
+            events = selector.select()
+            for key, _ in events:
+                if key.data == "control":
+                    try:
+                        chunk = control.recv(CHUNK)
+                    except OSError:  # reset: it died with our request unread
+                        chunk = b""
+                    if not chunk:
+                        drain()
+                        selector.close()
+                        return
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if self.language == "bash":
+                            drain()
+                            status = int(line or 0)
+                            if status:  # what Jupyter's bash kernel says of a failed command
+                                self.event({"ev": "error", "name": "", "value": str(status),
+                                            "traceback": ""})
+                            self.finish()
+                            continue
+                        event = json.loads(line)
+                        if event.get("ev") == "end":
+                            drain()
+                            self.finish()
+                        else:
+                            self.event(event)
+                else:
+                    try:
+                        chunk = os.read(key.fd, CHUNK)
+                    except BlockingIOError:
+                        continue
+                    if not chunk:
+                        selector.unregister(key.fd)
+                        continue
+                    self.event({"ev": key.data, "text": chunk.decode(errors="replace")})
+
+    def event(self, event: dict) -> None:
+        if self.current is not None:
+            send({**event, "id": self.current})
+
+    def finish(self) -> None:
+        if self.current is not None:
+            send({"id": self.current, "ev": "end"})
+        self.current = None
+        self.done.set()
+
+    def died(self, proc: subprocess.Popen) -> None:
+        """The interpreter ended (out of memory, `exit` in a shell, killed): the execution in
+        flight fails; the next one starts a fresh interpreter."""
+        code = proc.wait()
+        with self.lock:
+            if proc is self.proc or self.proc is None:  # not one a restart replaced already
+                self.dead = True
+        if self.current is not None:
+            why = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
+            self.event({"ev": "error", "name": "ContextRestarting",
+                        "value": f"the context's {self.language} interpreter ended ({why}); "
+                                 f"its state is gone, and the next execution starts a fresh one",
+                        "traceback": ""})
+            self.finish()
+
+    def work(self) -> None:
+        while True:
+            request = self.queue.get()
+            if request is None:
+                return
+            self.done.clear()
+            self.current = request["id"]
+            try:
+                with self.lock:
+                    if self.dead or self.proc is None:
+                        self.start()
+            except OSError as exc:
+                self.event({"ev": "error", "name": "ContextError", "traceback": "",
+                            "value": f"cannot start the {self.language} interpreter: {exc}"})
+                self.finish()
+                continue
+            env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
+            try:
+                if self.language == "python":
+                    self.control.sendall((json.dumps({"code": request["code"], "env": env}) + "\n").encode())
+                else:
+                    self.bash(request["code"], env)
+            except OSError:
+                pass  # the interpreter is gone: pump says so
+            self.done.wait()
+
+    def bash(self, code: str, env: dict) -> None:
+        folder = f"/tmp/.sandbox-agent-{os.getpid()}"
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        script = f"{folder}/{self.id}.sh"
+        exports = "".join(f"export {name}={shell_quote(value)}\n" for name, value in env.items()
+                          if name.isidentifier())
+        with open(script, "w") as f:
+            f.write(exports + code + "\n")
+        self.proc.stdin.write(f"source {script} </dev/null; printf '%d\\n' $? >&{self.marker_fd}\n".encode())
+        self.proc.stdin.flush()
+
+    def interrupt(self) -> None:
+        proc = self.proc
+        if proc is not None and self.current is not None:
+            try:  # the group: a command the cell runs is interrupted too
+                os.killpg(proc.pid, signal.SIGINT)
+            except OSError:
+                pass
+
+
+def shell_quote(value: str) -> str:
+    return "'" + value.replace("'", "'\\''") + "'"
+
+
+def context_request(request: dict) -> None:
+    op, context_id = request["op"], request["context"]
+    if op == "context":
+        if request["language"] not in KERNELS:
+            fail(request["id"], "invalid_argument", f"no {request['language']} interpreter here")
+            return
+        try:
+            contexts[context_id] = Context(context_id, request["language"],
+                                           resolve(request.get("cwd") or HOME),
+                                           request.get("env") or {})
+        except OSError as exc:
+            fail(request["id"], error_code(exc), f"cannot start the context: {exc}")
+            return
+        send({"id": request["id"], "ev": "reply", "result": None})
+        return
+    context = contexts.get(context_id)
+    if context is None:
+        fail(request["id"], "not_found", f"context {context_id} not found")
+    elif op == "exec":
+        context.queue.put(request)
+    elif op == "interrupt":
+        context.interrupt()
+    elif op == "restart":
+        context.stop()  # pump reports the execution in flight; the next one starts afresh
+        with context.lock:
+            context.start()
+        send({"id": request["id"], "ev": "reply", "result": None})
+    elif op == "drop":
+        contexts.pop(context_id, None)
+        context.queue.put(None)
+        context.stop()
+        send({"id": request["id"], "ev": "reply", "result": None})
+
+
+HANDLERS = {"spawn": spawn, "input": to_process, "close": to_process, "signal": to_process,
+            "fs": file_operation, "context": context_request, "exec": context_request,
+            "interrupt": context_request, "restart": context_request, "drop": context_request}
+
+
+def serve() -> None:
+    global channel
+    channel = socket.socket(fileno=4)
+    os.set_inheritable(4, False)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    os.environ.update(HOME=HOME, USER="user")
+    os.chdir(HOME)
+    channel.sendall(b"READY\n")
+    pending = b""
+    while True:
+        chunk = channel.recv(1 << 20)
+        if not chunk:
+            return  # the server is gone; init ends the container
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            request = json.loads(line)
+            try:
+                HANDLERS[request["op"]](request)
+            except Exception as exc:  # noqa: BLE001 - one bad request must not end the agent
+                fail(request.get("id", 0), "internal", f"{type(exc).__name__}: {exc}")

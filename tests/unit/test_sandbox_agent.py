@@ -1,0 +1,113 @@
+"""The sandbox agent (images/python/sandbox_agent.py) driven over its control socket on this
+host, as the server drives it in a container: its protocol, and that an interpreter that
+dies, even at once, ends the execution in flight with an error instead of leaving it hanging."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+IMAGE = Path(__file__).resolve().parents[2] / "images" / "python"
+FILES = ("sandbox-agent.py", "sandbox_agent.py", "sandbox-kernel.py", "sandbox_kernel.py",
+         "sandbox_cells.py")
+
+
+class Agent:
+    def __init__(self, folder: Path) -> None:
+        ours, theirs = socket.socketpair()
+        fd = theirs.fileno()
+        home = folder / "home"
+        home.mkdir()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-S", str(folder / "sandbox-agent.py"), str(folder)],
+            # fd 4 as in the container: dup2 leaves it open across exec, nothing else is.
+            close_fds=False, preexec_fn=lambda: (os.dup2(fd, 4), os.set_inheritable(4, True)),
+            env={**os.environ, "SANDBOX_AGENT_HOME": str(home)}, stderr=subprocess.PIPE)
+        theirs.close()
+        ours.settimeout(20)
+        self.stream = ours.makefile("rwb")
+        assert self.stream.readline() == b"READY\n"
+
+    def send(self, **message) -> None:
+        self.stream.write((json.dumps(message) + "\n").encode())
+        self.stream.flush()
+
+    def until(self, request_id: int, last: set[str]) -> list[dict]:
+        events = []
+        while True:
+            event = json.loads(self.stream.readline())
+            if event.get("id") == request_id:
+                events.append(event)
+                if event["ev"] in last:
+                    return events
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+@pytest.fixture
+def agent_in(tmp_path):
+    started = []
+
+    def start(kernel_source: str | None = None) -> Agent:
+        for name in FILES:
+            shutil.copy(IMAGE / name, tmp_path / name)
+        if kernel_source is not None:
+            (tmp_path / "sandbox-kernel.py").write_text(kernel_source)
+        started.append(Agent(tmp_path))
+        return started[-1]
+
+    yield start
+    for agent in started:
+        agent.close()
+
+
+def test_a_cell_streams_its_output_then_its_value(agent_in):
+    agent = agent_in()
+    agent.send(op="context", id=1, context="c", language="python", cwd="")
+    assert agent.until(1, {"reply", "fail"})[-1]["ev"] == "reply"
+    agent.send(op="exec", id=2, context="c", code="x = 20\nprint('hi')\nx + 22", env={})
+    events = agent.until(2, {"end", "fail"})
+    assert [e["ev"] for e in events] == ["stdout", "result", "end"]
+    assert events[0]["text"] == "hi\n" and events[1]["data"]["text"] == "42" and events[1]["main"]
+
+
+def test_an_interpreter_that_dies_at_once_ends_the_execution_with_an_error(agent_in):
+    agent = agent_in(kernel_source="raise SystemExit(3)\n")
+    agent.send(op="context", id=1, context="c", language="python", cwd="")
+    agent.until(1, {"reply", "fail"})
+    for request_id in (2, 3):  # the first kernel, then the fresh one the next execution starts
+        agent.send(op="exec", id=request_id, context="c", code="1", env={})
+        events = agent.until(request_id, {"end", "fail"})
+        assert events[-1]["ev"] == "end"
+        assert any(e["ev"] == "error" and "exit code 3" in e["value"] for e in events), events
+
+
+def test_a_process_and_its_exit_code(agent_in):
+    agent = agent_in()
+    agent.send(op="spawn", id=1, argv=["/bin/sh", "-c", "echo out; echo err >&2; exit 5"],
+               env={}, cwd=None, stdin=False)
+    events = agent.until(1, {"exit", "fail"})
+    assert events[0]["ev"] == "start" and events[-1] == {"id": 1, "ev": "exit", "code": 5}
+    data = {e["fd"]: base64.b64decode(e["data"]) for e in events if e["ev"] == "data"}
+    assert data == {1: b"out\n", 2: b"err\n"}
+
+
+def test_file_operations_answer_with_connect_codes(agent_in):
+    agent = agent_in()
+    agent.send(op="fs", id=1, call="read", args={"path": "missing.txt", "limit": 10})
+    assert agent.until(1, {"reply", "fail"})[-1]["code"] == "not_found"
+    agent.send(op="fs", id=2, call="write", args={"path": "d/a.txt",
+                                                  "data": base64.b64encode(b"abc").decode()})
+    assert agent.until(2, {"reply", "fail"})[-1]["result"]["size"] == 3
+    agent.send(op="fs", id=3, call="mkdir", args={"path": "d"})
+    assert agent.until(3, {"reply", "fail"})[-1]["code"] == "already_exists"
