@@ -46,6 +46,8 @@ CHUNK = 1 << 16
 KERNELS = {"python": [sys.executable, os.path.join(LIB, "sandbox-kernel.py")],
            "bash": ["/bin/bash", "--noprofile", "--norc"]}
 
+AT_THE_LIMIT = ("the sandbox is at its process limit (a fork bomb?): the command was killed; "
+                "kill what runs there, or the sandbox")
 channel: socket.socket
 sending = threading.Lock()
 processes: dict[int, subprocess.Popen] = {}   # by the spawn's id
@@ -67,6 +69,7 @@ def error_code(exc: OSError) -> str:
     return {2: "not_found", 20: "invalid_argument", 21: "invalid_argument", 13: "permission_denied",
             1: "permission_denied", 30: "permission_denied", 17: "already_exists",
             39: "failed_precondition", 28: "resource_exhausted", 122: "resource_exhausted",
+            11: "resource_exhausted", 12: "resource_exhausted",
             36: "invalid_argument", 18: "invalid_argument"}.get(exc.errno, "unknown")
 
 
@@ -127,7 +130,13 @@ def spawn(request: dict) -> None:
         return
     processes[request_id] = proc
     send({"id": request_id, "ev": "start", "pid": proc.pid})
-    threading.Thread(target=pump, args=(request_id, proc), daemon=True).start()
+    try:
+        threading.Thread(target=pump, args=(request_id, proc), daemon=True).start()
+    except RuntimeError:  # no thread to watch it: the sandbox is at its process limit
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        processes.pop(request_id, None)
+        fail(request_id, "resource_exhausted", AT_THE_LIMIT)
 
 
 def to_process(request: dict) -> None:
@@ -393,7 +402,7 @@ class Context:
                 with self.lock:
                     if self.dead or self.proc is None:
                         self.start()
-            except OSError as exc:
+            except (OSError, RuntimeError) as exc:  # RuntimeError: no thread (process limit)
                 self.event({"ev": "error", "name": "ContextError", "traceback": "",
                             "value": f"cannot start the {self.language} interpreter: {exc}"})
                 self.finish()
@@ -444,6 +453,9 @@ def context_request(request: dict) -> None:
                                            request.get("env") or {})
         except OSError as exc:
             fail(request["id"], error_code(exc), f"cannot start the context: {exc}")
+            return
+        except RuntimeError:  # no thread for it
+            fail(request["id"], "resource_exhausted", AT_THE_LIMIT)
             return
         send({"id": request["id"], "ev": "reply", "result": None})
         return

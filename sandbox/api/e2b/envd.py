@@ -86,7 +86,11 @@ async def _pump(sandbox: E2bSandbox, process: Process, events: AsyncIterator[dic
                 process.tell({"end": process.ended})
                 return
             elif kind == "gone":
-                process.tell({"error": not_running(sandbox.id, event.get("message", ""))})
+                process.tell({"error": ("unavailable",
+                                        not_running(sandbox.id, event.get("message", "")))})
+                return
+            elif kind == "fail":  # the agent could not see it through
+                process.tell({"error": (str(event.get("code")), str(event.get("message")))})
                 return
     finally:
         sandbox.processes.pop(process.pid, None)
@@ -112,7 +116,7 @@ async def _frames(process: Process, queue: asyncio.Queue,
                 return
             if "error" in event:
                 note("SandboxError")
-                yield RpcError("unavailable", event["error"]).end_frame()
+                yield RpcError(*event["error"]).end_frame()
                 return
             if "end" in event:
                 note("Success" if event["end"]["exitCode"] == 0 else "Failed")
