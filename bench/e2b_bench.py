@@ -147,7 +147,8 @@ def plot(summary: dict, path: Path) -> None:
         bottom = [b + v for b, v in zip(bottom, values)]
     for name, seconds in PUBLISHED.items():
         left.axhline(seconds * 1000, linestyle="--", color="grey")
-        left.text(1.45, seconds * 1000, name.split(" ")[0], va="bottom", ha="right", fontsize=8)
+        left.text(1.45, seconds * 1000, f"{name.split(' ')[0]}, hosted: published time to "
+                  f"interactive", va="bottom", ha="right", fontsize=8)
     left.set_ylabel("ms, p50 at 1 in flight")
     left.set_title("create -> run 1+1 -> kill")
     left.legend()
