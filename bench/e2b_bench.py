@@ -9,9 +9,9 @@ rounds so that both share whatever else the machine is doing.
   sessions  POST /v1/sessions (python), POST /run_code {"session_id", "print(1+1)"} (checked),
             DELETE /v1/sessions/{id}; `requests`, keep-alive
 
-Each client thread runs whole cycles one after another: at 1 in flight the p50 of a cycle and of
-each step; at 8 in flight, cycles/s over the batch (every cycle is a fresh sandbox: a container,
-its interpreter, then its removal). Prints a table, writes bench/figures/e2b.json and, with
+Each client thread runs whole cycles one after another: at 1 and at 8 in flight, the p50 of a
+cycle and cycles/s over the batch; at 1, each step's p50 too (every cycle is a fresh sandbox: a
+container, its interpreter, then its removal). Prints a table, writes bench/figures/e2b.json and, with
 matplotlib, e2b.png. For scale, the published medians of hosted sandboxes' time to interactive
 (create until code can run) that issue #30 cites: Daytona 0.29 s, E2B 0.41 s.
 """
@@ -95,14 +95,17 @@ def p50(values: list[float]) -> float:
 
 
 def measure(url: str, rounds: int, cycles: int) -> dict:
-    found: dict = {kind: {"single": [], "rates": []} for kind in ("e2b", "sessions")}
+    found: dict = {kind: {"single": [], "single_rates": [], "many": [], "rates": []}
+                   for kind in ("e2b", "sessions")}
     for kind in found:  # warm-up: the first create of each kind pays one-off costs
         batch(kind, url, 2, 1)
     for number in range(1, rounds + 1):
         for kind in found:
-            single, _ = batch(kind, url, max(8, cycles // 4), 1)
+            single, single_wall = batch(kind, url, max(8, cycles // 4), 1)
             found[kind]["single"] += single
+            found[kind]["single_rates"].append(len(single) / single_wall)
             many, wall = batch(kind, url, cycles, 8)
+            found[kind]["many"] += many
             found[kind]["rates"].append(len(many) / wall)
             print(f"round {number}/{rounds} {kind:9s} cycle p50 "
                   f"{p50([t['cycle'] for t in single]) * 1000:6.1f} ms, "
@@ -112,22 +115,27 @@ def measure(url: str, rounds: int, cycles: int) -> dict:
         single = data["single"]
         summary[kind] = {**{f"{step}_p50_ms": round(p50([t[step] for t in single]) * 1000, 1)
                             for step in ("cycle", "create", "run", "kill")},
+                         "cycles_per_s_at_1": round(statistics.median(data["single_rates"]), 1),
+                         "cycle_p50_ms_at_8": round(p50([t["cycle"] for t in data["many"]]) * 1000, 1),
                          "cycles_per_s_at_8": round(statistics.median(data["rates"]), 1),
                          "rates": [round(r, 1) for r in data["rates"]]}
     return summary
 
 
 def table(summary: dict) -> str:
-    rows = ["| path | cycle p50 (1 in flight) | create | run_code | kill | cycles/s at 8 |",
-            "|---|---|---|---|---|---|"]
+    rows = ["| path | 1 in flight: cycle p50 | create | run_code | kill | cycles/s | "
+            "8 in flight: cycle p50 | cycles/s |",
+            "|---|---|---|---|---|---|---|---|"]
     for kind, name in (("e2b", "E2B SDK (create, run_code, kill)"),
                        ("sessions", "/v1/sessions (create, call, delete)")):
         s = summary[kind]
         rows.append(f"| {name} | {s['cycle_p50_ms']:.0f} ms | {s['create_p50_ms']:.0f} ms | "
                     f"{s['run_p50_ms']:.0f} ms | {s['kill_p50_ms']:.0f} ms | "
+                    f"{s['cycles_per_s_at_1']:.1f} | {s['cycle_p50_ms_at_8']:.0f} ms | "
                     f"{s['cycles_per_s_at_8']:.1f} |")
     for name, seconds in PUBLISHED.items():
-        rows.append(f"| {name}: published median time to interactive | | {seconds * 1000:.0f} ms | | | |")
+        rows.append(f"| {name}: published median time to interactive | | {seconds * 1000:.0f} ms "
+                    f"| | | | | |")
     return "\n".join(rows)
 
 

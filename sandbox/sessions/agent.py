@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import itertools
 import json
 import logging
@@ -176,7 +177,10 @@ class Agent:
 
     async def read_file(self, path: str, limit: int = MAX_FILE_BYTES) -> bytes:
         data = await self.request("fs", call="read", args={"path": path, "limit": limit})
-        return base64.b64decode(data)
+        try:
+            return base64.b64decode(data, validate=True)
+        except (binascii.Error, TypeError, ValueError):
+            raise BackendError("the sandbox's agent sent a file that is not base64") from None
 
     async def write_file(self, path: str, data: bytes) -> dict:
         return await self.request("fs", call="write",

@@ -244,6 +244,18 @@ def test_a_background_command_can_be_waited_for_and_killed(sbx):
     assert sbx.commands.kill(endless.pid) is False
 
 
+def test_output_nobody_reads_is_dropped_not_held(sbx):
+    """The sync SDK reads a background command's stream only in wait(): what it has not read
+    is held up to a bound (16 MiB), not without end, and the end still arrives."""
+    handle = sbx.commands.run("head -c 64000000 /dev/zero | tr '\\0' x", background=True)
+    deadline = time.monotonic() + scaled(60)
+    while handle.pid in {p.pid for p in sbx.commands.list()} and time.monotonic() < deadline:
+        time.sleep(0.2)
+    result = handle.wait()
+    assert result.exit_code == 0
+    assert 0 < len(result.stdout) < 40_000_000  # 16 MiB held, plus what sockets buffered
+
+
 def test_stdin_reaches_a_command(sbx):
     handle = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
     sbx.commands.send_stdin(handle.pid, "hello\n")

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from ...engine.backends import BackendError
 from ...sessions import MAX_FILE_BYTES, AgentFailure
 from ..observability import note_sandbox_call, note_sandbox_result
-from .sandboxes import E2bSandbox, Process, data_sandbox
+from .sandboxes import E2bSandbox, Listener, Process, data_sandbox
 from .wire import (END_STREAM, STREAM_TYPE, E2bError, RpcError, entry_info, frame, not_running,
                    rpc_message, unframe, write_info)
 
@@ -97,7 +97,7 @@ async def _pump(sandbox: E2bSandbox, process: Process, events: AsyncIterator[dic
         process.tell(None)
 
 
-async def _frames(process: Process, queue: asyncio.Queue,
+async def _frames(process: Process, listener: Listener,
                   request: Request | None = None) -> AsyncIterator[bytes]:
     """A process's events as Connect frames; with ``request`` (Start's), how it ended is noted
     for the metrics and the audit log."""
@@ -110,7 +110,7 @@ async def _frames(process: Process, queue: asyncio.Queue,
     try:
         yield frame({"event": {"start": {"pid": process.pid}}})
         while True:
-            event = await queue.get()
+            event = await listener.get()
             if event is None:
                 yield frame({}, END_STREAM)
                 return
@@ -125,7 +125,17 @@ async def _frames(process: Process, queue: asyncio.Queue,
                 yield frame({}, END_STREAM)
                 return
     finally:
-        process.unlisten(queue)
+        process.unlisten(listener)
+
+
+def _checked(convert, rpc: bool = True):
+    """What the agent answered, converted; an answer that is not what the agent sends (its
+    sandbox's code can write the agent's memory) is the sandbox's failure, not ours."""
+    try:
+        return convert()
+    except (KeyError, TypeError, ValueError, AttributeError, OverflowError, OSError):
+        message = "the sandbox's agent answered something malformed; kill the sandbox"
+        raise RpcError("unavailable", message) if rpc else E2bError(502, message) from None
 
 
 def _selected(sandbox: E2bSandbox, message: dict) -> Process:
@@ -183,12 +193,12 @@ def envd_router(services) -> APIRouter:
             raise RpcError("unavailable", not_running(sandbox.id, str(first.get("message", ""))))
         process = Process(first["pid"], request_id, {"cmd": cmd, "args": args, "envs": envs,
                                                      **({"cwd": config["cwd"]} if config.get("cwd") else {})}, tag)
-        queue = process.listen()
+        listener = process.listen()
         sandbox.processes[process.pid] = process
         process.task = asyncio.create_task(_pump(sandbox, process, events))
         note_sandbox_call(request, "bash" if cmd.endswith("bash") else cmd, " ".join([cmd, *args]),
                           sandbox.id, sandbox.session.limits.memory_mb)
-        return StreamingResponse(_frames(process, queue, request), media_type=STREAM_TYPE)
+        return StreamingResponse(_frames(process, listener, request), media_type=STREAM_TYPE)
 
     @rpc("process.Process/Connect", streaming=True)
     async def connect(request: Request):
@@ -208,7 +218,8 @@ def envd_router(services) -> APIRouter:
         sandbox = data_sandbox(sessions, request, rpc=True)
         message = await rpc_message(request)
         process = _selected(sandbox, message)
-        number = SIGNALS.get(message.get("signal"))
+        signal = message.get("signal")
+        number = SIGNALS.get(signal) if isinstance(signal, (str, int)) else None
         if number is None:
             raise RpcError("invalid_argument", "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
         with rpc_errors(sandbox):
@@ -220,10 +231,11 @@ def envd_router(services) -> APIRouter:
         sandbox = data_sandbox(sessions, request, rpc=True)
         message = await rpc_message(request)
         process = _selected(sandbox, message)
-        data = (message.get("input") or {}).get("stdin")
+        given = message.get("input")
+        data = given.get("stdin") if isinstance(given, dict) else None
         try:
             base64.b64decode(data or "", validate=True)
-        except (binascii.Error, TypeError):
+        except (binascii.Error, TypeError, ValueError):
             raise RpcError("invalid_argument", "input.stdin must be base64") from None
         with rpc_errors(sandbox):
             await sandbox.session.agent.tell("input", target=process.request_id, data=data or "")
@@ -257,15 +269,18 @@ def envd_router(services) -> APIRouter:
 
     @rpc("filesystem.Filesystem/ListDir")
     async def list_dir(request: Request):
-        return {"entries": [entry_info(e) for e in await fs_call(request, "list", "path")]}
+        entries = await fs_call(request, "list", "path")
+        return {"entries": _checked(lambda: [entry_info(e) for e in entries])}
 
     @rpc("filesystem.Filesystem/Stat")
     async def stat(request: Request):
-        return {"entry": entry_info(await fs_call(request, "stat", "path"))}
+        entry = await fs_call(request, "stat", "path")
+        return {"entry": _checked(lambda: entry_info(entry))}
 
     @rpc("filesystem.Filesystem/MakeDir")
     async def make_dir(request: Request):
-        return {"entry": entry_info(await fs_call(request, "mkdir", "path"))}
+        entry = await fs_call(request, "mkdir", "path")
+        return {"entry": _checked(lambda: entry_info(entry))}
 
     @rpc("filesystem.Filesystem/Remove")
     async def remove(request: Request):
@@ -274,8 +289,8 @@ def envd_router(services) -> APIRouter:
 
     @rpc("filesystem.Filesystem/Move")
     async def move(request: Request):
-        return {"entry": entry_info(await fs_call(request, "move", path="source",
-                                                  destination="destination"))}
+        entry = await fs_call(request, "move", path="source", destination="destination")
+        return {"entry": _checked(lambda: entry_info(entry))}
 
     @rpc("filesystem.Filesystem/WatchDir", streaming=True)
     @rpc("filesystem.Filesystem/CreateWatcher")
@@ -307,7 +322,8 @@ def envd_router(services) -> APIRouter:
         written = []
         with file_errors(sandbox):
             for target, data in uploads:
-                written.append(write_info(await sandbox.session.agent.write_file(target, data)))
+                entry = await sandbox.session.agent.write_file(target, data)
+                written.append(_checked(lambda: write_info(entry), rpc=False))
         return written
 
     @router.get("/health", status_code=204, summary="E2B envd: the sandbox is running")

@@ -19,7 +19,8 @@ from fastapi import Request
 from ...sessions import BadSessionId, NotOwned, Session, SessionGone, SessionRegistry
 from .wire import E2bError, RpcError, not_running
 
-LANGUAGES = ("python", "bash")  # a code context's languages (the agent's kernels)
+LANGUAGES = ("python", "bash")
+LISTENER_BUFFER_BYTES = 16 << 20  # a code context's languages (the agent's kernels)
 # E2B's names for what a context runs, as ours.
 LANGUAGE_ALIASES = {"python": "python", "python3": "python", "bash": "bash", "sh": "bash",
                     "shell": "bash"}
@@ -35,31 +36,59 @@ class Context:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
 
+class Listener:
+    """One stream's events of a process, in order; output beyond ``LISTENER_BUFFER_BYTES`` not
+    yet sent (a client that does not read: the sync SDK reads a background command's stream
+    only in ``wait()``) is dropped rather than held in the server's memory."""
+
+    def __init__(self) -> None:
+        self._events: asyncio.Queue = asyncio.Queue()
+        self._buffered = 0
+        self.dropped = 0
+
+    @staticmethod
+    def _size(event: dict | None) -> int:
+        return sum(map(len, event["data"].values())) if event and "data" in event else 0
+
+    def put(self, event: dict | None) -> None:
+        size = self._size(event)
+        if size and self._buffered + size > LISTENER_BUFFER_BYTES:
+            self.dropped += size
+            return
+        self._buffered += size
+        self._events.put_nowait(event)
+
+    async def get(self) -> dict | None:
+        event = await self._events.get()
+        self._buffered -= self._size(event)
+        return event
+
+
 @dataclass
 class Process:
     """A process started through ``process.Process/Start``: its output goes to whoever
-    listens now (the Start stream, then Connect streams), each through its own queue."""
+    listens now (the Start stream, then Connect streams), each through its own ``Listener``."""
 
     pid: int
     request_id: int
     config: dict
     tag: str | None
-    listeners: list = field(default_factory=list)
+    listeners: list[Listener] = field(default_factory=list)
     ended: dict | None = None          # the end event, once it came
     task: asyncio.Task | None = None
 
-    def listen(self) -> asyncio.Queue:
-        queue: asyncio.Queue = asyncio.Queue()
-        self.listeners.append(queue)
-        return queue
+    def listen(self) -> Listener:
+        listener = Listener()
+        self.listeners.append(listener)
+        return listener
 
-    def unlisten(self, queue: asyncio.Queue) -> None:
-        if queue in self.listeners:
-            self.listeners.remove(queue)
+    def unlisten(self, listener: Listener) -> None:
+        if listener in self.listeners:
+            self.listeners.remove(listener)
 
     def tell(self, event: dict | None) -> None:
-        for queue in self.listeners:
-            queue.put_nowait(event)
+        for listener in self.listeners:
+            listener.put(event)
 
 
 @dataclass
@@ -74,6 +103,8 @@ class E2bSandbox:
     defaults: dict[str, str] = field(default_factory=dict)   # language -> its default context
     processes: dict[int, Process] = field(default_factory=dict)  # by pid
     executions: int = 0
+    # Two first cells at once start one default context, not two.
+    _starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def id(self) -> str:
@@ -91,12 +122,13 @@ class E2bSandbox:
         return context
 
     async def default_context(self, language: str) -> Context:
-        known = self.defaults.get(language)
-        if known is None or known not in self.contexts:
-            context = await self.open_context(language, "/home/user")
-            self.defaults[language] = context.id
-            return context
-        return self.contexts[known]
+        async with self._starting:
+            known = self.defaults.get(language)
+            if known is None or known not in self.contexts:
+                context = await self.open_context(language, "/home/user")
+                self.defaults[language] = context.id
+                return context
+            return self.contexts[known]
 
 
 def e2b_sandbox(session: Session) -> E2bSandbox | None:
