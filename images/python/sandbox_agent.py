@@ -24,6 +24,7 @@ need), and modules only one operation needs are imported there.
 """
 
 import base64
+import codecs
 import grp
 import json
 import os
@@ -313,58 +314,58 @@ class Context:
         selector.register(control, selectors.EVENT_READ, "control")
         pending = b""
 
+        # Per pipe: a decoder that keeps a character split between two reads whole.
+        decoders = {name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+                    for name in ("stdout", "stderr")}
+
+        def forward(key) -> bool:
+            """One read of a pipe, sent as the running execution's output; False when there
+            is nothing more to read now."""
+            try:
+                chunk = os.read(key.fd, CHUNK)
+            except BlockingIOError:
+                return False
+            if not chunk:
+                selector.unregister(key.fd)
+                return False
+            self.event({"ev": key.data, "text": decoders[key.data].decode(chunk)})
+            return True
+
         def drain() -> None:
             for key in list(selector.get_map().values()):
-                if key.data == "control":
-                    continue
-                while True:
-                    try:
-                        chunk = os.read(key.fd, CHUNK)
-                    except BlockingIOError:
-                        break
-                    if not chunk:
-                        selector.unregister(key.fd)
-                        break
-                    self.event({"ev": key.data, "text": chunk.decode(errors="replace")})
+                while key.data != "control" and forward(key):
+                    pass
 
         while True:
-            events = selector.select()
-            for key, _ in events:
-                if key.data == "control":
-                    try:
-                        chunk = control.recv(CHUNK)
-                    except OSError:  # reset: it died with our request unread
-                        chunk = b""
-                    if not chunk:
+            for key, _ in selector.select():
+                if key.data != "control":
+                    forward(key)
+                    continue
+                try:
+                    chunk = control.recv(CHUNK)
+                except OSError:  # reset: it died with our request unread
+                    chunk = b""
+                if not chunk:
+                    drain()
+                    selector.close()
+                    return
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    if self.language == "bash":
                         drain()
-                        selector.close()
-                        return
-                    pending += chunk
-                    *lines, pending = pending.split(b"\n")
-                    for line in lines:
-                        if self.language == "bash":
-                            drain()
-                            status = int(line or 0)
-                            if status:  # what Jupyter's bash kernel says of a failed command
-                                self.event({"ev": "error", "name": "", "value": str(status),
-                                            "traceback": ""})
-                            self.finish()
-                            continue
-                        event = json.loads(line)
-                        if event.get("ev") == "end":
-                            drain()
-                            self.finish()
-                        else:
-                            self.event(event)
-                else:
-                    try:
-                        chunk = os.read(key.fd, CHUNK)
-                    except BlockingIOError:
+                        status = int(line or 0)
+                        if status:  # what Jupyter's bash kernel says of a failed command
+                            self.event({"ev": "error", "name": "", "value": str(status),
+                                        "traceback": ""})
+                        self.finish()
                         continue
-                    if not chunk:
-                        selector.unregister(key.fd)
-                        continue
-                    self.event({"ev": key.data, "text": chunk.decode(errors="replace")})
+                    event = json.loads(line)
+                    if event.get("ev") == "end":
+                        drain()
+                        self.finish()
+                    else:
+                        self.event(event)
 
     def event(self, event: dict) -> None:
         if self.current is not None:

@@ -272,15 +272,17 @@ def envd_router(services) -> APIRouter:
         entries = await fs_call(request, "list", "path")
         return {"entries": _checked(lambda: [entry_info(e) for e in entries])}
 
+    async def fs_entry(request: Request, call: str, *names: str, **renamed: str) -> dict:
+        entry = await fs_call(request, call, *names, **renamed)
+        return {"entry": _checked(lambda: entry_info(entry))}
+
     @rpc("filesystem.Filesystem/Stat")
     async def stat(request: Request):
-        entry = await fs_call(request, "stat", "path")
-        return {"entry": _checked(lambda: entry_info(entry))}
+        return await fs_entry(request, "stat", "path")
 
     @rpc("filesystem.Filesystem/MakeDir")
     async def make_dir(request: Request):
-        entry = await fs_call(request, "mkdir", "path")
-        return {"entry": _checked(lambda: entry_info(entry))}
+        return await fs_entry(request, "mkdir", "path")
 
     @rpc("filesystem.Filesystem/Remove")
     async def remove(request: Request):
@@ -289,8 +291,7 @@ def envd_router(services) -> APIRouter:
 
     @rpc("filesystem.Filesystem/Move")
     async def move(request: Request):
-        entry = await fs_call(request, "move", path="source", destination="destination")
-        return {"entry": _checked(lambda: entry_info(entry))}
+        return await fs_entry(request, "move", path="source", destination="destination")
 
     @rpc("filesystem.Filesystem/WatchDir", streaming=True)
     @rpc("filesystem.Filesystem/CreateWatcher")
