@@ -46,8 +46,15 @@ class _Stream:
         self.buffered = 0
         self.dropped = 0
 
+    @staticmethod
+    def _size(event: dict) -> int:
+        """What holding ``event`` costs: its output, and a little for the event itself (so that
+        a flood of empty events is bounded too)."""
+        output = event.get("data") or event.get("text")
+        return (len(output) if isinstance(output, str) else 0) + 64
+
     def put(self, event: dict) -> None:
-        size = len(event.get("data") or event.get("text") or "")
+        size = self._size(event)
         if event["ev"] not in FINAL and self.buffered + size > STREAM_BUFFER_BYTES:
             self.dropped += size
             return
@@ -56,7 +63,7 @@ class _Stream:
 
     async def get(self) -> dict:
         event = await self.events.get()
-        self.buffered -= len(event.get("data") or event.get("text") or "")
+        self.buffered -= self._size(event)
         return event
 
 
@@ -68,16 +75,36 @@ class Agent:
         self._ids = itertools.count(1)
         self._streams: dict[int, _Stream] = {}
         self._reading: asyncio.Task | None = None
+        self._watching: asyncio.Task | None = None
         self.gone: str | None = None  # why the agent is gone, once it is
 
     async def start(self, lifetime_s: float) -> None:
         await self.live.start(lifetime_s)
         self.gone = None
         self._reading = asyncio.create_task(self._read())
+        self._watching = asyncio.create_task(self._watch())
 
-    async def stop(self) -> None:
+    async def _watch(self) -> None:
+        """The agent's end, as init reports it: the control socket alone may stay open (init
+        holds a copy), so a killed agent would otherwise leave every stream waiting."""
+        await asyncio.wait({self.live.ended})
+        await asyncio.sleep(0.1)  # what it said last is read first
         if self._reading is not None:
             self._reading.cancel()
+        self._end_all(self._why_ended())
+
+    def _why_ended(self) -> str:
+        why = "the sandbox's agent ended"
+        ended = self.live.ended
+        if ended is not None and ended.done() and not ended.cancelled() and ended.exception() is None:
+            code = ended.result()
+            why += " (out of memory, or killed)" if code == -9 else f" (exit code {code})"
+        return why
+
+    async def stop(self) -> None:
+        for task in (self._reading, self._watching):
+            if task is not None:
+                task.cancel()
         await self.live.stop()
         self._end_all("the sandbox was killed")
 
@@ -105,11 +132,7 @@ class Agent:
                     stream.put(event)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
-        why = "the sandbox's agent ended"
-        if self.live.ended is not None and self.live.ended.done() and not self.live.ended.cancelled():
-            code = self.live.ended.result()
-            why += " (out of memory?)" if code == -9 else f" (exit code {code})"
-        self._end_all(why)
+        self._end_all(self._why_ended())
 
     def _end_all(self, why: str) -> None:
         self.gone = self.gone or why

@@ -99,6 +99,8 @@ class Session:
         """Why the session is over, or None."""
         if self.lifetime_left_s() <= 0:
             return "lifetime"
+        if self.agent is not None and self.agent.gone:
+            return "agent"  # killed from inside (its programs run as its user): nothing serves it
         if not self.busy and self.idle_s() >= self.idle_timeout_s:
             return "idle"
         return None

@@ -307,6 +307,21 @@ def test_after_kill_every_call_fails_and_nothing_is_left(url):
     # (running_server checks on exit that no container, work directory or cgroup is left.)
 
 
+def test_a_sandbox_whose_agent_is_killed_from_inside_is_gone(url):
+    from e2b import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    sandbox = Sandbox.create()
+    with pytest.raises(SandboxException):  # the stream ends with the agent
+        sandbox.commands.run("for p in /proc/[0-9]*; do grep -q 'sandbox[-]agent' $p/cmdline "
+                             "&& kill -9 ${p#/proc/}; done")
+    deadline = time.monotonic() + scaled(20)
+    while sandbox.is_running() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not sandbox.is_running()
+    assert sandbox.sandbox_id not in {s.sandbox_id for s in Sandbox.list().next_items()}
+
+
 def test_a_sandbox_past_its_timeout_is_gone(url):
     from e2b_code_interpreter import Sandbox
 

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse
 
 from ...engine import Overloaded
 from ...engine.backends import BackendError
-from ...runtimes import RuntimeSpec
+from ...runtimes import RuntimeSpec, UnknownLanguage
 from ...sessions import SessionGone, SessionsFull, SessionsUnsupported
 from ..schemas import RunCodeRequest
 from ..sessions import SESSION_HEADER
@@ -43,7 +43,7 @@ def template_spec(services, template: str) -> RuntimeSpec:
     registry = services.registry
     try:
         spec = registry.get(name)
-    except Exception:  # noqa: BLE001 - the registry's own error names the catalogue
+    except UnknownLanguage:
         spec = None
     hosts = sorted(s.language for s in registry.runnable if s.agent)
     if spec is None or spec.unavailable:

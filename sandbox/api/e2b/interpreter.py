@@ -126,6 +126,9 @@ def interpreter_router(services) -> APIRouter:
                 requested = body.get("language") or "python"
                 language = _language(requested)
                 if language is None:
+                    note_sandbox_call(request, str(requested), code, sandbox.id,
+                                      sandbox.session.limits.memory_mb)
+                    note_sandbox_result(request, "Failed", 0.0)
                     return StreamingResponse(_unsupported_run(str(requested)), media_type=NDJSON)
                 context = await sandbox.default_context(language)
             _, events = await sandbox.session.agent.stream("exec", context=context.id, code=code,
