@@ -71,7 +71,8 @@ def error_code(exc: OSError) -> str:
             1: "permission_denied", 30: "permission_denied", 17: "already_exists",
             39: "failed_precondition", 28: "resource_exhausted", 122: "resource_exhausted",
             11: "resource_exhausted", 12: "resource_exhausted",
-            36: "invalid_argument", 18: "invalid_argument"}.get(exc.errno, "unknown")
+            36: "invalid_argument", 18: "invalid_argument", 27: "out_of_range", 22: "invalid_argument",
+            6: "invalid_argument"}.get(exc.errno, "unknown")
 
 
 def resolve(path: str) -> str:
@@ -120,9 +121,13 @@ def pump(request_id: int, proc: subprocess.Popen) -> None:
 
 def spawn(request: dict) -> None:
     request_id = request["id"]
+    cwd = resolve(request.get("cwd") or HOME)
+    if not os.path.isdir(cwd):
+        fail(request_id, "invalid_argument", f"cwd {cwd} is not a directory in the sandbox")
+        return
     try:
         proc = subprocess.Popen(
-            request["argv"], cwd=resolve(request.get("cwd") or HOME),
+            request["argv"], cwd=cwd,
             env=environment(request.get("env")), start_new_session=True,
             stdin=subprocess.PIPE if request.get("stdin") else subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -197,10 +202,21 @@ def listing(path: str, depth: int) -> list:
     return found
 
 
+def regular_file(path: str, flags: int):
+    """``path`` opened only if it is a regular file: a FIFO or a device the sandbox made
+    would otherwise block the agent, and with it every call to the sandbox."""
+    fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(22, "not a regular file (a folder, a FIFO, a device)", path)
+    os.set_blocking(fd, True)
+    return open(fd, "rb" if flags == os.O_RDONLY else "wb")
+
+
 def fs(call: str, args: dict):
     path = resolve(args["path"]) if "path" in args else None
     if call == "read":
-        with open(path, "rb") as f:
+        with regular_file(path, os.O_RDONLY) as f:
             data = f.read(args["limit"] + 1)
         if len(data) > args["limit"]:
             raise OSError(27, f"the file is larger than {args['limit']} bytes, this server's "
@@ -208,7 +224,7 @@ def fs(call: str, args: dict):
         return base64.b64encode(data).decode()
     if call == "write":
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as f:
+        with regular_file(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC) as f:
             f.write(base64.b64decode(args["data"]))
         return entry(path)
     if call == "stat":
@@ -263,6 +279,7 @@ class Context:
         self.env = env
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.current: int | None = None   # the execution running now
+        self.running_on: subprocess.Popen | None = None   # and the interpreter it runs in
         self.proc: subprocess.Popen | None = None
         self.done = threading.Event()
         self.dead = False
@@ -328,7 +345,7 @@ class Context:
             if not chunk:
                 selector.unregister(key.fd)
                 return False
-            self.event({"ev": key.data, "text": decoders[key.data].decode(chunk)})
+            self.event({"ev": key.data, "text": decoders[key.data].decode(chunk)}, proc)
             return True
 
         def drain() -> None:
@@ -357,24 +374,29 @@ class Context:
                         status = int(line or 0)
                         if status:  # what Jupyter's bash kernel says of a failed command
                             self.event({"ev": "error", "name": "", "value": str(status),
-                                        "traceback": ""})
-                        self.finish()
+                                        "traceback": ""}, proc)
+                        self.finish(proc)
                         continue
                     event = json.loads(line)
                     if event.get("ev") == "end":
                         drain()
-                        self.finish()
+                        self.finish(proc)
                     else:
-                        self.event(event)
+                        self.event(event, proc)
 
-    def event(self, event: dict) -> None:
-        if self.current is not None:
+    def event(self, event: dict, proc: subprocess.Popen | None = None) -> None:
+        """An event of the execution running now; from ``proc``, only if it runs there (an
+        interpreter a restart replaced may still be saying its last)."""
+        if self.current is not None and (proc is None or proc is self.running_on):
             send({**event, "id": self.current})
 
-    def finish(self) -> None:
+    def finish(self, proc: subprocess.Popen | None = None) -> None:
+        if proc is not None and proc is not self.running_on:
+            return
         if self.current is not None:
             send({"id": self.current, "ev": "end"})
         self.current = None
+        self.running_on = None
         self.done.set()
 
     def died(self, proc: subprocess.Popen) -> None:
@@ -384,13 +406,13 @@ class Context:
         with self.lock:
             if proc is self.proc or self.proc is None:  # not one a restart replaced already
                 self.dead = True
-        if self.current is not None:
+        if self.current is not None and proc is self.running_on:
             why = (f"killed by signal {-code}" if code < 0 else f"exit code {code}")
             self.event({"ev": "error", "name": "ContextRestarting",
                         "value": f"the context's {self.language} interpreter ended ({why}); "
                                  f"its state is gone, and the next execution starts a fresh one",
-                        "traceback": ""})
-            self.finish()
+                        "traceback": ""}, proc)
+            self.finish(proc)
 
     def work(self) -> None:
         while True:
@@ -408,6 +430,7 @@ class Context:
                             "value": f"cannot start the {self.language} interpreter: {exc}"})
                 self.finish()
                 continue
+            self.running_on = self.proc
             env = {str(k): str(v) for k, v in (request.get("env") or {}).items()}
             try:
                 if self.language == "python":

@@ -24,7 +24,7 @@ class Agent:
     def __init__(self, folder: Path) -> None:
         ours, theirs = socket.socketpair()
         fd = theirs.fileno()
-        home = folder / "home"
+        home = self.home = folder / "home"
         home.mkdir()
         self.proc = subprocess.Popen(
             [sys.executable, "-S", str(folder / "sandbox-agent.py"), str(folder)],
@@ -111,3 +111,9 @@ def test_file_operations_answer_with_connect_codes(agent_in):
     assert agent.until(2, {"reply", "fail"})[-1]["result"]["size"] == 3
     agent.send(op="fs", id=3, call="mkdir", args={"path": "d"})
     assert agent.until(3, {"reply", "fail"})[-1]["code"] == "already_exists"
+    # A FIFO the sandbox made would block a plain open(), and the agent with it.
+    os.mkfifo(agent.home / "fifo")
+    agent.send(op="fs", id=4, call="read", args={"path": "fifo", "limit": 10})
+    assert agent.until(4, {"reply", "fail"})[-1]["code"] == "invalid_argument"
+    agent.send(op="fs", id=5, call="read", args={"path": "d/a.txt", "limit": 2})
+    assert agent.until(5, {"reply", "fail"})[-1]["code"] == "out_of_range"
