@@ -29,8 +29,8 @@ DATA_PLANE = ("/process.Process/", "/filesystem.Filesystem/", "/files", "/health
 
 
 def _under(path: str, prefixes: tuple[str, ...]) -> bool:
-    return any(path == p or path.startswith(p if p.endswith("/") else p + "/") or
-               (p.endswith("/") and path.startswith(p)) for p in prefixes)
+    """``path`` is one of ``prefixes`` or below one (``/files`` and ``/files/x``, not ``/filesx``)."""
+    return any(path == p.rstrip("/") or path.startswith(p.rstrip("/") + "/") for p in prefixes)
 
 
 def authenticates_itself(path: str) -> bool:
