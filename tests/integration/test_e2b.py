@@ -260,6 +260,10 @@ def test_stdin_reaches_a_command(sbx):
     handle = sbx.commands.run("read line; echo got $line", background=True, stdin=True)
     sbx.commands.send_stdin(handle.pid, "hello\n")
     assert handle.wait().stdout == "got hello\n"
+    counting = sbx.commands.run("wc -c", background=True, stdin=True)
+    sbx.commands.send_stdin(counting.pid, "12345")
+    sbx.commands.close_stdin(counting.pid)  # end of input: wc answers and exits
+    assert counting.wait().stdout.strip() == "5"
 
 
 # Lifetime
