@@ -111,12 +111,14 @@ class SessionRegistry:
 
         A session interpreter's state is replayed from the parent's calls (CRIU cannot
         checkpoint a container on this kind of host; docs/sessions.md); a session without one
-        keeps its whole state in the work directory, which is copied as it is."""
+        keeps its whole state in the work directory, which is copied as it is. A session run
+        by an agent gets the work directory too, and fresh processes and contexts."""
         parent = self.get(session_id)
         async with parent.lock:  # the call in flight, if any, is part of the state
             history = list(parent.history)
         child = await self.create(parent.spec, parent.limits, parent.idle_timeout_s,
-                                  parent.max_lifetime_s, parent.files)
+                                  parent.max_lifetime_s, parent.files, parent.with_agent,
+                                  parent.ceiling_s)
         child.forked_from = parent.id
         try:
             if parent.stateful:
@@ -129,6 +131,8 @@ class SessionRegistry:
         except BaseException:
             await self._remove(child, "deleted")
             raise
+        if parent.wire is not None:  # what the wire keeps, for the child (a fresh token, ...)
+            child.wire = parent.wire.forked(child)
         self._note("forked", child)
         return child, mode
 

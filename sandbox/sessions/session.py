@@ -78,7 +78,9 @@ class Session:
         self.agent: Agent | None = None
         # The longest this session may live, extensions included (its container's backstop).
         self.ceiling_s = max(ceiling_s or max_lifetime_s, max_lifetime_s)
-        self.wire = None   # what the wire that made it keeps with it (E2B's: sandbox/api/e2b)
+        # What the wire that made it keeps with it (E2B's: sandbox/api/e2b); its
+        # ``forked(child)`` is what a fork of this session keeps.
+        self.wire = None
         self.peak_memory_bytes: int | None = None
         self.forked_from: str | None = None
 

@@ -289,6 +289,27 @@ def test_set_timeout_connect_list_and_kill(sbx, url):
     assert BaseSandbox.kill(tagged.sandbox_id) is False
 
 
+def test_a_sandbox_forks_through_the_sessions_api(url, sbx):
+    """Beyond E2B's wire: POST /v1/sessions/{id}/fork copies an E2B sandbox's files into a
+    fresh one, which the SDK then connects to by id."""
+    from e2b_code_interpreter import Sandbox
+
+    sbx.files.write("state.txt", "before the fork")
+    forked = requests.post(f"{url}/v1/sessions/{sbx.sandbox_id}/fork",
+                           headers={"X-API-Key": API_KEY}, timeout=scaled(60))
+    assert forked.status_code == 201, forked.text
+    child = Sandbox.connect(forked.json()["session_id"])
+    try:
+        assert child.sandbox_id != sbx.sandbox_id
+        assert child._envd_access_token != sbx._envd_access_token
+        assert child.files.read("state.txt") == "before the fork"
+        child.files.write("state.txt", "the child's")
+        assert sbx.files.read("state.txt") == "before the fork"
+        assert child.run_code("open('state.txt').read()").text == "\"the child's\""
+    finally:
+        child.kill()
+
+
 def test_after_kill_every_call_fails_and_nothing_is_left(url):
     from e2b import NotFoundException, SandboxException
     from e2b_code_interpreter import Sandbox

@@ -114,6 +114,12 @@ class E2bSandbox:
     def end_at(self) -> float:
         return self.session.expires_at
 
+    def forked(self, child: Session) -> "E2bSandbox":
+        """What a fork of this sandbox (POST /v1/sessions/{id}/fork) is to E2B: the same
+        template, metadata and environment, its own access token (``Sandbox.connect`` gives it
+        to the SDK), no contexts or processes yet: a fork copies files, not running programs."""
+        return E2bSandbox(child, self.template, dict(self.metadata), dict(self.env))
+
     async def open_context(self, language: str, cwd: str) -> Context:
         context = Context(uuid.uuid4().hex, language, cwd)
         await self.session.agent.request("context", context=context.id, language=language,
