@@ -213,41 +213,41 @@ def envd_router(services) -> APIRouter:
         return {"processes": [{"config": p.config, "pid": p.pid, **({"tag": p.tag} if p.tag else {})}
                               for p in sandbox.processes.values()]}
 
-    @rpc("process.Process/SendSignal")
-    async def send_signal(request: Request):
+    async def addressed(request: Request) -> tuple[E2bSandbox, dict, Process]:
+        """A unary call to one process: its sandbox, the message, the process it selects."""
         sandbox = data_sandbox(sessions, request, rpc=True)
         message = await rpc_message(request)
-        process = _selected(sandbox, message)
+        return sandbox, message, _selected(sandbox, message)
+
+    async def tell(sandbox: E2bSandbox, process: Process, op: str, **fields) -> dict:
+        with rpc_errors(sandbox):
+            await sandbox.session.agent.tell(op, target=process.request_id, **fields)
+        return {}
+
+    @rpc("process.Process/SendSignal")
+    async def send_signal(request: Request):
+        sandbox, message, process = await addressed(request)
         signal = message.get("signal")
         number = SIGNALS.get(signal) if isinstance(signal, (str, int)) else None
         if number is None:
             raise RpcError("invalid_argument", "signal must be SIGNAL_SIGKILL or SIGNAL_SIGTERM")
-        with rpc_errors(sandbox):
-            await sandbox.session.agent.tell("signal", target=process.request_id, signal=number)
-        return {}
+        return await tell(sandbox, process, "signal", signal=number)
 
     @rpc("process.Process/SendInput")
     async def send_input(request: Request):
-        sandbox = data_sandbox(sessions, request, rpc=True)
-        message = await rpc_message(request)
-        process = _selected(sandbox, message)
+        sandbox, message, process = await addressed(request)
         given = message.get("input")
         data = given.get("stdin") if isinstance(given, dict) else None
         try:
             base64.b64decode(data or "", validate=True)
         except (binascii.Error, TypeError, ValueError):
             raise RpcError("invalid_argument", "input.stdin must be base64") from None
-        with rpc_errors(sandbox):
-            await sandbox.session.agent.tell("input", target=process.request_id, data=data or "")
-        return {}
+        return await tell(sandbox, process, "input", data=data or "")
 
     @rpc("process.Process/CloseStdin")
     async def close_stdin(request: Request):
-        sandbox = data_sandbox(sessions, request, rpc=True)
-        process = _selected(sandbox, await rpc_message(request))
-        with rpc_errors(sandbox):
-            await sandbox.session.agent.tell("close", target=process.request_id)
-        return {}
+        sandbox, _, process = await addressed(request)
+        return await tell(sandbox, process, "close")
 
     @rpc("process.Process/Update")
     @rpc("process.Process/StreamInput")
