@@ -14,10 +14,12 @@ import signal
 import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
 
+from sandbox.config import REPO_ROOT
 from tests.conftest import _oci_problem, running_server
 from tests.integration.programs import PROGRAMS
 from tests.integration.sandboxfusion_cases import CASES
@@ -291,3 +293,34 @@ def test_a_template_that_dies_is_replaced_and_runs_go_on_cold_meanwhile(warm):
     before = _starts(warm).get("warm", 0)
     assert _run(warm, "print('warm again')")["run_result"]["stdout"] == "warm again\n"
     assert _starts(warm)["warm"] == before + 1
+
+
+def test_a_template_that_ends_before_it_is_ready_sends_runs_cold_at_once(docker_ready, tmp_path):
+    # Its init keeps the control socket open: the server must notice the end on the status
+    # socket, not wait out the ready timeout (minutes) with the template counted as starting.
+    runtimes = tmp_path / "runtimes"
+    runtimes.mkdir()
+    spec = (REPO_ROOT / "runtimes" / "python.toml").read_text()
+    broken = 'template = ["python3", "-c", "import sys; sys.exit(\'no template here\')"]'
+    spec = re.sub(r"^template = .*$", broken.replace("\\", "\\\\"), spec, flags=re.M)
+    assert broken in spec
+    (runtimes / "python.toml").write_text(spec)
+    with running_server(tmp_path, runtimes_dir=runtimes, backend="oci") as url:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            ready = _metric(url, "sandbox_warm_templates_ready")
+            if ready and not any(ready.values()) and _template_problems(tmp_path):
+                break
+            time.sleep(0.5)
+        problems = _template_problems(tmp_path)
+        assert problems and all("ended before it was ready" in p and "no template here" in p
+                                for p in problems), problems
+        cold_before = _starts(url)["cold"]
+        assert _run(url, "print('cold')")["run_result"]["stdout"] == "cold\n"
+        assert _starts(url) == {"warm": 0, "cold": cold_before + 1}
+
+
+def _template_problems(log_dir: Path) -> list[str]:
+    """What the server logged of each template that did not start."""
+    return [line for log in log_dir.glob("server-*.log")
+            for line in log.read_text(errors="replace").splitlines() if "no warm template" in line]

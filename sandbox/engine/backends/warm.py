@@ -79,14 +79,17 @@ def open_tree_clone(path: Path) -> int:
     return fd
 
 
-async def _wait_readable(fd: int, timeout_s: float) -> None:
+async def _wait_readable(fd: int, timeout_s: float, *more: int) -> int:
+    """The first of ``fd`` and ``more`` that can be read (asyncio.TimeoutError: none in time)."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+    for each in (fd, *more):
+        loop.add_reader(each, lambda each=each: ready.done() or ready.set_result(each))
     try:
-        await asyncio.wait_for(ready, timeout_s)
+        return await asyncio.wait_for(ready, timeout_s)
     finally:
-        loop.remove_reader(fd)
+        for each in (fd, *more):
+            loop.remove_reader(each)
 
 
 async def _wait_writable(fd: int) -> None:
@@ -209,7 +212,12 @@ class Template:
         try:
             ours.send(json.dumps({"seccomp": bpf, "modules": self.modules,
                                   "warmup": self.warmup}).encode())
-            await _wait_readable(ours.fileno(), READY_TIMEOUT_S)
+            # The status socket speaks first when the template ends before it is ready (its
+            # init holds the control socket open until we close that one).
+            if await _wait_readable(ours.fileno(), READY_TIMEOUT_S,
+                                    self._status.fileno()) != ours.fileno():
+                await asyncio.sleep(0.1)  # what it wrote on stderr, drained meanwhile
+                return "ended before it was ready"
             return ours.recv(1 << 16).decode(errors="replace")
         except (OSError, asyncio.TimeoutError) as exc:
             return f"no answer ({exc!r})"
