@@ -52,6 +52,7 @@ import time
 ZYGOTE = "/usr/local/lib/sandbox/python-zygote.py"
 INIT = "/usr/local/bin/sandbox-init"
 SANDBOX_UID = 65534
+MAX_FD = 1 << 20  # above any descriptor (fs.nr_open's default)
 libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -124,6 +125,11 @@ class Template:
         self.loaded: list[str] = []
         self.zygote = load_zygote()
         self.cgroups = cgroup_mounts()
+        # What crun masks and makes read-only, as this kernel's /proc has it: a child's fresh
+        # /proc has the same entries, so each run mounts without looking first.
+        self.masked = [(path, os.path.isdir(path)) for path in MASKED if os.path.exists(path)]
+        self.readonly = [path for path in READONLY if os.path.exists(path)]
+        self.argv_area = argv_area()
         self.last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
         self.seccomp = None
         self.control = socket.socket(fileno=4)
@@ -249,13 +255,12 @@ class Template:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         stdin, stdout, stderr, channel_fd, tree = fds
-        keep = {stdin, stdout, stderr, channel_fd, tree}
-        for name in os.listdir("/proc/self/fd"):
-            if int(name) > 2 and int(name) not in keep:
-                try:
-                    os.close(int(name))
-                except OSError:
-                    pass  # listdir's own
+        low = 3  # everything else the template holds (other runs' channels too) is closed
+        for kept in sorted({stdin, stdout, stderr, channel_fd, tree}):
+            if kept >= low:
+                os.closerange(low, kept)
+                low = kept + 1
+        os.closerange(low, MAX_FD)
         channel = socket.socket(fileno=channel_fd)
         try:
             channel.sendall(b"joining\n")  # the server reads our PID from the credentials
@@ -285,16 +290,15 @@ class Template:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         check(libc.umount2(b"/proc", MNT_DETACH), "umount /proc")
         mount("proc", "/proc", "proc", MS_NOSUID | MS_NOEXEC | MS_NODEV)
-        for path in MASKED:
-            if os.path.isdir(path):
+        for path, folder in self.masked:
+            if folder:
                 mount("tmpfs", path, "tmpfs", MS_RDONLY, "size=0")
-            elif os.path.exists(path):
+            else:
                 mount("/dev/null", path, None, MS_BIND)
-        for path in READONLY:
-            if os.path.exists(path):
-                mount(path, path, None, MS_BIND | MS_REC)
-                mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
-                      | MS_NOEXEC)
+        for path in self.readonly:
+            mount(path, path, None, MS_BIND | MS_REC)
+            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+                  | MS_NOEXEC)
         self.mount_cgroups()
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"size={request['tmp_mb']}m,mode=1777")
         check(libc.umount2(b"/dev/shm", MNT_DETACH), "umount /dev/shm")
@@ -323,10 +327,10 @@ class Template:
 
     def show_argv(self, argv: list[str]) -> None:
         """/proc/self/cmdline as `python3 main.py`'s, not the template's: written over the
-        template's argv, its last byte not NUL, so the kernel shows what precedes the first
-        NUL ("python3 main.py", as ps shows a cold run's "python3\\0main.py")."""
-        fields = open("/proc/self/stat").read().rsplit(")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (48, 49)
+        template's argv (a fork's is at the same address), its last byte not NUL, so the kernel
+        shows what precedes the first NUL ("python3 main.py", as ps shows a cold run's
+        "python3\\0main.py")."""
+        start, end = self.argv_area
         shown = " ".join(["python3", *argv]).encode() + b"\0"
         if len(shown) < end - start:
             ctypes.memmove(start, shown + b" " * (end - start - len(shown)), end - start)
@@ -356,6 +360,14 @@ class Template:
             numpy_random.seed()
         sys.orig_argv = ["python3", *request["argv"]]
         self.zygote.run_test(list(stdio), request["fsize"], request["argv"])
+
+
+def argv_area() -> tuple[int, int]:
+    """Where this process's argv strings are (arg_start, arg_end: /proc/self/stat's 48th and
+    49th fields)."""
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return int(fields[45]), int(fields[46])
 
 
 def loopback_up() -> None:
