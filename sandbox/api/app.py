@@ -24,7 +24,7 @@ from ..engine.backends.select import choose_backend, make_docker
 from ..runtimes import RuntimeRegistry
 from .assets import ASSETS_PATH, asset_router
 from .auth import require_api_key
-from .e2b import authenticates_itself, error_body, install_e2b
+from .e2b import ReachE2bOwner, authenticates_itself, error_body, install_e2b
 from .limits import BodySizeLimit
 from ..judge import Judge
 from ..sessions import SessionRegistry
@@ -169,10 +169,12 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     assets = AssetStore(settings.assets_directory, settings.assets_store_mb << 20,
                         settings.max_asset_bytes, settings.assets_folder)
     app.state.services = Services(settings, registry, engine, assets)
+    # Middleware added later runs first: the key is checked before the body is read, and the
+    # request id, metrics and audit (outermost) see every answer, 401 and 413 included. An E2B
+    # call for a sandbox another replica holds is re-sent to it last, its body limited.
+    app.add_middleware(ReachE2bOwner, services=app.state.services)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
                        own_limit_paths=frozenset({ASSETS_PATH}))
-    # Middleware added later runs first: the key is checked before the body is read, and the
-    # request id, metrics and audit (outermost) see every answer, 401 and 413 included.
     require_api_key(app, settings, checked_elsewhere=authenticates_itself, error_body=error_body)
     app.state.ops = install_observability(app, settings, engine, registry.languages,
                                           registry.aliases)

@@ -228,6 +228,10 @@ class Metrics:
             "sandbox_container_start_seconds",
             "From asking the backend for a sandbox to having it (warm pool hits included).",
             buckets=START_BUCKETS, registry=self.registry)
+        self.resent = Counter(
+            "sandbox_calls_resent", "Calls for a session or E2B sandbox that another replica "
+            "holds, re-sent to it through the engine in front (Ray Serve), which counts them in "
+            "sandbox_requests_total.", registry=self.registry)
         self.session_call_time = Histogram(
             "sandbox_session_call_seconds", "Wall-clock time of a call in a session.",
             ["language"], buckets=START_BUCKETS + (20.0, 30.0, 60.0, 120.0), registry=self.registry)
@@ -310,6 +314,8 @@ class RunRecord:
     tests: dict | None = None  # /v1/evaluate: {"passed": n, "total": m}
     session_id: str | None = None
     finished: bool = False
+    # Re-sent to the replica that holds its session: counted and audited there, not here.
+    elsewhere: bool = False
 
 
 class Observability:
@@ -353,6 +359,8 @@ class Observability:
 
     def finish(self, record: RunRecord, http_status: int, error_body: bytes) -> None:
         record.finished = True
+        if record.elsewhere:
+            return
         total_s = time.perf_counter() - record.started
         status = status_label(http_status, record.verdict)
         ran = record.verdict is not None and http_status == 200
@@ -459,10 +467,20 @@ class RequestContext:
         finally:
             if record is not None and not record.finished:  # client gone mid-response
                 self.ops.finish_quietly(record, http_status, bytes(error_body))
+            if state.get("answered_elsewhere"):
+                self.ops.metrics.resent.inc()
 
 
 def run_record(request: Request) -> RunRecord | None:
     return getattr(request.state, "run_record", None)
+
+
+def answered_elsewhere(scope) -> None:
+    """The request is re-sent to the replica that holds its session, which counts and audits it."""
+    state = scope.setdefault("state", {})
+    state["answered_elsewhere"] = True
+    if state.get("run_record") is not None:
+        state["run_record"].elsewhere = True
 
 
 def note_run_request(request: Request, req) -> None:

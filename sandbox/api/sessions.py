@@ -27,7 +27,7 @@ from ..runtimes import RuntimeRegistry
 from ..engine.backends import BackendError
 from ..sessions import (BadSessionId, NotOwned, Session, SessionGone, SessionRegistry,
                         SessionsFull, SessionsUnsupported, parse_session_id)
-from .observability import note_run_request, note_run_result
+from .observability import answered_elsewhere, note_run_request, note_run_result
 from .schemas import RunCodeRequest, RunCodeResponse
 from .session_schemas import (JupyterCell, RunJupyterRequest, RunJupyterResponse,
                               SessionCreated, SessionCreateRequest, SessionForked, SessionList,
@@ -101,6 +101,7 @@ async def _elsewhere(request: Request, session_id: str, owner: str, services) ->
     if services.reach_owner is not None:
         answer = await services.reach_owner(request, session_id)
         if answer is not None:
+            answered_elsewhere(request.scope)
             return answer
     return JSONResponse(status_code=410, content={
         "detail": LOST.format(id=session_id, owner=owner, here=services.settings.replica),

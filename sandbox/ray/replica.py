@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import AsyncIterator
+from urllib.parse import urlencode
 
 import httpx
 import ray
 from fastapi import Request, Response
+from fastapi.responses import StreamingResponse
 from ray import serve
 from ray.exceptions import ActorUnavailableError, RayActorError
 from ray.serve.config import RequestRouterConfig
@@ -31,6 +34,9 @@ NODE_RESOURCE = "sandbox"
 LOCAL = "http://replica"
 # Set on a call the router already sent by its session id: a second miss means the owner is gone.
 SERVE_SESSION_HEADER = "x-session-id"
+# Not re-sent with a call: the hop's own (and the id, which the re-sending replica sets).
+HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive",
+               "upgrade", "te", "trailer", SERVE_SESSION_HEADER}
 # Ray workers run uvloop when it is installed (uvicorn[standard] brings it); its pipe transports
 # close a descriptor twice (sandbox/cli.py, EVENT_LOOP), which under load broke session calls
 # here with EBADF. The replicas run asyncio's own loop.
@@ -56,7 +62,7 @@ class SandboxReplica:
         log.info("sandbox replica %s on node %s (pid %d)", self.name, node[:12], os.getpid())
 
     def __serve_build_asgi_app__(self):
-        app = create_app(self.settings)
+        app = self.asgi_app = create_app(self.settings)
         app.state.services.reach_owner = self._reach_owner
         cache = app.state.services.engine.compile_cache
         if cache is not None:  # one compile per program in the cluster (compiles.py)
@@ -76,26 +82,66 @@ class SandboxReplica:
                                           params=params)
         return answer.status_code, dict(answer.headers), answer.content
 
+    async def stream(self, method: str, path: str, body: bytes | None, headers: dict,
+                     params: dict) -> AsyncIterator:
+        """One request through this replica's app, in process, answered as it is made: first
+        (status, headers), then the body's chunks (a streamed E2B command's output as it
+        comes). What a session call re-sent to its owner uses."""
+        replies: asyncio.Queue = asyncio.Queue()
+        over = asyncio.Event()
+        unread = [{"type": "http.request", "body": body or b"", "more_body": False}]
+
+        async def receive():
+            if unread:
+                return unread.pop()
+            await over.wait()
+            return {"type": "http.disconnect"}
+
+        async def run():
+            try:
+                await self.asgi_app(_scope(method, path, headers, params), receive, replies.put)
+            finally:
+                replies.put_nowait(None)
+
+        task = asyncio.create_task(run())
+        try:
+            start = await replies.get()
+            if start is None:
+                await task  # its exception
+                raise RuntimeError(f"{method} {path} ended without an answer")
+            yield start["status"], {k.decode("latin-1"): v.decode("latin-1")
+                                    for k, v in start.get("headers", ())}
+            while (message := await replies.get()) is not None:
+                if message.get("body"):
+                    yield message["body"]
+                if not message.get("more_body", False):
+                    break
+        finally:
+            over.set()  # the caller went away, or the answer is complete: the app sees the end
+            if not task.done():
+                task.cancel()
+
     async def _reach_owner(self, request: Request, session_id: str) -> Response | None:
-        """A session call that arrived without the router knowing its session (an HTTP client
-        that sends the id only in the path or the body): re-send it by its id, once."""
+        """A session call (or an E2B sandbox's) that arrived without the router knowing its
+        session (an HTTP client that sends the id only in the path, the body or a header of
+        its own): re-send it by its id, once, its answer streamed back as the owner makes it."""
         if request.headers.get(SERVE_SESSION_HEADER) == session_id:
             return None  # the router already tried the owner: it is gone
         handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
-        headers = {k: v for k, v in request.headers.items()
-                   if k in ("content-type", "authorization", "x-api-key", "x-request-id")}
+        headers = {k: v for k, v in request.headers.items() if k not in HOP_HEADERS}
         headers[SERVE_SESSION_HEADER] = session_id
+        answer = handle.options(session_id=session_id, stream=True).stream.remote(
+            request.method, request.url.path, await request.body(), headers,
+            dict(request.query_params))
         try:
-            status, answer_headers, body = await handle.options(session_id=session_id).call.remote(
-                request.method, request.url.path, await request.body(), headers,
-                dict(request.query_params))
-        except (RayActorError, ActorUnavailableError):
+            status, answer_headers = await answer.__anext__()
+        except (RayActorError, ActorUnavailableError, StopAsyncIteration):
             return None  # the owner died during the call: lost with it (410)
         # The owner's x-sandbox-replica stays: the replica that ran the call.
         keep = {k: v for k, v in answer_headers.items()
                 if k.lower() not in ("content-length", "transfer-encoding", "connection",
                                      "x-request-id")}
-        return Response(content=body, status_code=status, headers=keep)
+        return StreamingResponse(_chunks(answer), status_code=status, headers=keep)
 
     async def node(self) -> tuple[str, str]:
         """(this replica's name, its node's id)."""
@@ -106,6 +152,23 @@ class SandboxReplica:
         status, _, body = await self.call("GET", "/readyz")
         if status != 200:
             raise RuntimeError(f"sandbox replica {self.name} not ready: {body[:500]!r}")
+
+
+async def _chunks(answer) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in answer:
+            yield chunk
+    except (RayActorError, ActorUnavailableError):
+        return  # the owner died mid-answer: the client sees the answer end early
+
+
+def _scope(method: str, path: str, headers: dict, params: dict) -> dict:
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+            "root_path": "", "query_string": urlencode(params).encode(),
+            "headers": [(k.lower().encode("latin-1"), str(v).encode("latin-1"))
+                        for k, v in headers.items()],
+            "client": ("127.0.0.1", 0), "server": ("replica", 80)}
 
 
 def _on_uvloop() -> bool:

@@ -99,6 +99,11 @@ def _replica_metrics(url: str, replica: str) -> str:
     return answer.text
 
 
+def _counter(metrics: str, name: str) -> float:
+    found = re.search(rf"^{name} (\S+)$", metrics, re.M)
+    return float(found[1]) if found else 0.0
+
+
 def _runs_counted(metrics: str) -> float:
     return sum(float(v) for v in re.findall(
         r'^sandbox_requests_total\{language="python",status="Success"\} (\S+)$', metrics, re.M))
@@ -154,6 +159,57 @@ def test_fifty_sessions_every_call_on_its_owner(deployed):
     assert len(owners) == 2, owners  # sessions live on both nodes
     for session_id, answered_by in results:
         assert answered_by <= {session_id.rsplit("-", 1)[0]}  # the owner answered every call
+
+
+def test_e2b_sandboxes_at_the_one_url(deployed, monkeypatch):
+    """E2B's SDK pointed at Ray Serve's proxy, which routes by `x-session-id` only: a call that
+    reaches a replica not holding its sandbox (about half) is re-sent to the owner through
+    Serve's router, its answer streamed back as it is made."""
+    from e2b import NotFoundException
+    from e2b_code_interpreter import Sandbox
+
+    for name in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+        monkeypatch.setenv(name, deployed)
+    monkeypatch.setenv("E2B_API_KEY", "unused")
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+
+    def life(index: int) -> str:
+        sandbox = Sandbox.create()
+        try:
+            sandbox.run_code(f"x = {index}")  # a context kept in the owner's kernel
+            sandbox.files.write("n.txt", str(index))
+            for _ in range(3):
+                assert sandbox.run_code("x * 2").text == str(index * 2)
+            assert sandbox.commands.run("cat n.txt").stdout == str(index)
+            seen = []  # (what, when) as the client receives the stream
+            finished = sandbox.commands.run(
+                "echo first; sleep 2; echo second",
+                on_stdout=lambda line: seen.append((line.strip(), time.monotonic())))
+            ended = time.monotonic()
+            assert finished.exit_code == 0 and [w for w, _ in seen] == ["first", "second"]
+            assert ended - seen[0][1] > 1.5, "the output came only at the end: not streamed"
+            sandbox.set_timeout(120)
+            assert Sandbox.connect(sandbox.sandbox_id).run_code("x + 1").text == str(index + 1)
+        finally:
+            sandbox.kill()
+        with pytest.raises(NotFoundException):  # killed on its owner, wherever this lands
+            Sandbox.connect(sandbox.sandbox_id)
+        return sandbox.sandbox_id
+
+    from sandbox.ray import replicas
+
+    def resent() -> float:
+        return sum(_counter(_replica_metrics(deployed, r), "sandbox_calls_resent_total")
+                   for r in replicas())
+
+    before = resent()
+    ids = []
+    with ThreadPoolExecutor(4) as pool:
+        while len({i.rsplit("-", 1)[0] for i in ids}) < 2 and len(ids) < 24:
+            ids += pool.map(life, range(len(ids), len(ids) + 4))
+    assert len({i.rsplit("-", 1)[0] for i in ids}) == 2, f"sandboxes on one replica only: {ids}"
+    # ~12 calls per sandbox, each reaching the owner at first with odds of one in two
+    assert resent() - before >= len(ids), "E2B calls did not go through the re-send"
 
 
 def test_sdk_and_verl_at_the_one_url_get_right_results(deployed):

@@ -14,6 +14,8 @@ from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
 from starlette.exceptions import HTTPException
 
+from ..observability import answered_elsewhere
+from ...sessions.registry import SESSION_ID
 from .control import control_router
 from .envd import envd_router
 from .interpreter import interpreter_router
@@ -70,4 +72,40 @@ def install_e2b(app: FastAPI, services) -> None:
         app.include_router(router, include_in_schema=False)
 
 
-__all__ = ["authenticates_itself", "error_body", "install_e2b"]
+def sandbox_named(scope) -> str | None:
+    """The E2B sandbox a call is for: the data plane names it in its ``E2b-Sandbox-Id``
+    header, the control plane in its path (``/sandboxes/<id>...``)."""
+    for name, value in scope["headers"]:
+        if name == b"e2b-sandbox-id":
+            return value.decode("latin-1")
+    parts = scope["path"].split("/")
+    if len(parts) >= 3 and parts[1] == "sandboxes":
+        return parts[2]
+    if len(parts) >= 4 and parts[1:3] == ["v2", "sandboxes"]:
+        return parts[3]
+    return None
+
+
+class ReachE2bOwner:
+    """ASGI middleware: an E2B call for a sandbox another replica holds goes to that replica
+    through the engine in front (``Services.reach_owner``: Ray Serve's router, by the id),
+    streamed as it answers. A sandbox whose replica is gone is answered here, as not running.
+    Behind HAProxy or on one server every call already arrives at its owner."""
+
+    def __init__(self, app, services) -> None:
+        self.app = app
+        self.services = services
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.services.reach_owner is not None:
+            sandbox_id = sandbox_named(scope)
+            owner = SESSION_ID.match(sandbox_id or "")
+            if owner is not None and owner["replica"] != self.services.settings.replica:
+                answer = await self.services.reach_owner(Request(scope, receive), sandbox_id)
+                if answer is not None:
+                    answered_elsewhere(scope)
+                    return await answer(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+__all__ = ["ReachE2bOwner", "authenticates_itself", "error_body", "install_e2b"]
