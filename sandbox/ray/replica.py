@@ -79,8 +79,11 @@ class SandboxReplica:
         health check use. Answers (status, headers, body)."""
         answer = self._answer(method, path, body, {**self.own_headers, **(headers or {})},
                               params or {})
-        status, answer_headers = await answer.__anext__()
-        return status, answer_headers, b"".join([chunk async for chunk in answer])
+        try:
+            status, answer_headers = await answer.__anext__()
+            return status, answer_headers, b"".join([chunk async for chunk in answer])
+        finally:
+            await answer.aclose()
 
     async def stream(self, method: str, path: str, body: bytes | None, headers: dict,
                      params: dict) -> AsyncIterator:
@@ -137,9 +140,9 @@ class SandboxReplica:
         handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
         headers = {k: v for k, v in request.headers.items() if k not in HOP_HEADERS}
         headers[SERVE_SESSION_HEADER] = session_id
-        answer = handle.options(session_id=session_id, stream=True, _by_reference=False).stream.remote(
-            request.method, request.url.path, await request.body(), headers,
-            dict(request.query_params))
+        owner = handle.options(session_id=session_id, stream=True, _by_reference=False)
+        answer = owner.stream.remote(request.method, request.url.path, await request.body(),
+                                     headers, dict(request.query_params))
         try:
             status, answer_headers = await answer.__anext__()
         except (RayActorError, ActorUnavailableError, StopAsyncIteration):
