@@ -54,6 +54,9 @@ class Services:
         # How a call for another replica's session reaches it, set by an engine that routes
         # (sandbox/ray): async (request, session_id) -> Response, or None when it cannot.
         self.reach_owner = None
+        # What every other replica answers to a call (sandbox/ray): async (method, path, params,
+        # headers) -> [(status, body)], for listings that span the cluster; None on one server.
+        self.ask_other_replicas = None
 
 
 async def _services(request: Request) -> Services:

@@ -9,7 +9,8 @@ import ray
 from ray import serve
 
 from . import compiles
-from .replica import APP, DEPLOYMENT, NODE_RESOURCE, sandbox_deployment
+from .replica import (APP, DEPLOYMENT, NODE_RESOURCE, addressed_to, replica_names,
+                      sandbox_deployment)
 
 log = logging.getLogger("sandbox.ray")
 
@@ -33,13 +34,9 @@ def sandbox_nodes() -> list[dict]:
 def replicas() -> dict[str, str]:
     """The running sandbox replicas: replica name (as in session ids) -> node id, each asked
     through the router by its name."""
-    prefix = f"{APP}#{DEPLOYMENT}#"
-    names = [actor["name"].rsplit("#", 1)[1]
-             for actor in ray.util.list_named_actors(all_namespaces=True)
-             if actor["name"].startswith("SERVE_REPLICA::" + prefix)]
     handle = serve.get_deployment_handle(DEPLOYMENT, app_name=APP)
-    answers = {name: handle.options(session_id=f"{name}-{'0' * 24}").node.remote()
-               for name in names}
+    answers = {name: handle.options(session_id=addressed_to(name)).node.remote()
+               for name in replica_names()}
     found = {}
     for name, answer in answers.items():
         try:

@@ -31,6 +31,8 @@ APP = "sandbox"
 NODE_RESOURCE = "sandbox"
 # Set on a call the router already sent by its session id: a second miss means the owner is gone.
 SERVE_SESSION_HEADER = "x-session-id"
+# How long a replica waits for each other one's part of a cluster-wide listing.
+ASK_OTHERS_WAIT_S = 10.0
 # Not re-sent with a call: the hop's own (and the id, which the re-sending replica sets).
 HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "keep-alive",
                "upgrade", "te", "trailer", SERVE_SESSION_HEADER}
@@ -64,6 +66,7 @@ class SandboxReplica:
     def __serve_build_asgi_app__(self):
         app = self.asgi_app = create_app(self.settings)
         app.state.services.reach_owner = self._reach_owner
+        app.state.services.ask_other_replicas = self._ask_other_replicas
         cache = app.state.services.engine.compile_cache
         if cache is not None:  # one compile per program in the cluster (compiles.py)
             cache.shared = RayCompiles(wait_s=self.settings.max_timeout_s + 5)
@@ -153,6 +156,20 @@ class SandboxReplica:
                                      "x-request-id")}
         return StreamingResponse(_chunks(answer), status_code=status, headers=keep)
 
+    async def _ask_other_replicas(self, method: str, path: str, params: dict, headers: dict
+                                  ) -> list[tuple[int, bytes]]:
+        """Each other replica's answer to one call, asked through the router by its name (a
+        replica lost meanwhile: some other answers for it, or none)."""
+        names = await asyncio.to_thread(replica_names)
+        handle = serve.get_deployment_handle(DEPLOYMENT, app_name=self.app_name)
+        calls = [asyncio.wait_for(handle.options(
+                     session_id=addressed_to(name), _by_reference=False).call.remote(
+                     method, path, None, headers, params), ASK_OTHERS_WAIT_S)
+                 for name in names if name != self.name]
+        answers = await asyncio.gather(*calls, return_exceptions=True)
+        return [(status, body) for status, _, body in
+                (a for a in answers if not isinstance(a, BaseException))]
+
     async def node(self) -> tuple[str, str]:
         """(this replica's name, its node's id)."""
         return self.name, self.node_id
@@ -162,6 +179,20 @@ class SandboxReplica:
         status, _, body = await self.call("GET", "/readyz")
         if status != 200:
             raise RuntimeError(f"sandbox replica {self.name} not ready: {body[:500]!r}")
+
+
+def replica_names() -> list[str]:
+    """The names (as in session ids) of the deployment's replicas, running or starting."""
+    prefix = f"SERVE_REPLICA::{APP}#{DEPLOYMENT}#"
+    return [actor["name"].rsplit("#", 1)[1]
+            for actor in ray.util.list_named_actors(all_namespaces=True)
+            if actor["name"].startswith(prefix)]
+
+
+def addressed_to(replica: str) -> str:
+    """A session id that the router (router.py) sends to ``replica``: for a call that must
+    reach one replica by its name, not a session."""
+    return f"{replica}-{'0' * 24}"
 
 
 async def _chunks(answer) -> AsyncIterator[bytes]:

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -210,6 +211,39 @@ def test_e2b_sandboxes_at_the_one_url(deployed, monkeypatch):
     assert len({i.rsplit("-", 1)[0] for i in ids}) == 2, f"sandboxes on one replica only: {ids}"
     # ~12 calls per sandbox, each reaching the owner at first with odds of one in two
     assert resent() - before >= len(ids), "E2B calls did not go through the re-send"
+
+
+def test_e2b_list_shows_the_clusters_sandboxes_wherever_it_lands(deployed, monkeypatch):
+    """A listing reaches one replica, which asks the others for theirs: every call lists
+    every replica's sandboxes, paged across them."""
+    from e2b import SandboxQuery
+    from e2b_code_interpreter import Sandbox
+
+    for name in ("E2B_API_URL", "E2B_SANDBOX_URL"):
+        monkeypatch.setenv(name, deployed)
+    monkeypatch.setenv("E2B_API_KEY", "unused")
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    query = SandboxQuery(metadata={"run": uuid.uuid4().hex})
+    made = []
+    try:
+        with ThreadPoolExecutor(4) as pool:  # at once: one at a time, Serve's router keeps
+            # picking the same idle replica
+            while len({s.sandbox_id.rsplit("-", 1)[0] for s in made}) < 2 and len(made) < 16:
+                made += pool.map(lambda _: Sandbox.create(metadata=query.metadata), range(4))
+        ids = {s.sandbox_id for s in made}
+        assert len({i.rsplit("-", 1)[0] for i in ids}) == 2, f"on one replica only: {ids}"
+        for _ in range(6):  # each lands on either replica
+            assert {s.sandbox_id for s in Sandbox.list(query=query).next_items()} == ids
+        pages, paged = Sandbox.list(query=query, limit=1), []
+        while pages.has_next:
+            paged += [s.sandbox_id for s in pages.next_items()]
+        assert sorted(paged) == sorted(ids)
+        made.pop().kill()
+        assert {s.sandbox_id for s in Sandbox.list(query=query).next_items()} == \
+            {s.sandbox_id for s in made}
+    finally:
+        for sandbox in made:
+            sandbox.kill()
 
 
 def test_sdk_and_verl_at_the_one_url_get_right_results(deployed):

@@ -9,6 +9,7 @@ says ``Should-Retry: false`` where retrying cannot help or would duplicate a san
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from urllib.parse import parse_qsl, unquote
 
@@ -106,6 +107,22 @@ def detail_json(sandbox: E2bSandbox) -> dict:
             "cpuCount": max(1, math.ceil(limits.cpus)), "memoryMB": limits.memory_mb,
             "diskSizeMB": min(limits.workdir_mb, limits.memory_mb), "state": "running",
             "metadata": sandbox.metadata, "allowInternetAccess": False}
+
+
+# On a cluster, the listing one replica asks of each other one: theirs only, all of it.
+LISTED_HERE = "x-sandbox-listed-here"
+
+
+async def _listed_elsewhere(services, request: Request) -> list[dict]:
+    """The sandboxes the other replicas hold that this listing asks for (a replica that does
+    not answer lists none; one that answers twice, standing in for a lost one, once)."""
+    params = {**request.query_params, "limit": str(1 << 30), "nextToken": "0"}
+    found: dict[str, dict] = {}
+    for status, body in await services.ask_other_replicas("GET", request.url.path, params,
+                                                          {LISTED_HERE: "1"}):
+        if status == 200:
+            found.update((d["sandboxID"], d) for d in json.loads(body))
+    return list(found.values())
 
 
 def control_router(services) -> APIRouter:
@@ -215,14 +232,6 @@ def control_router(services) -> APIRouter:
         query = request.query_params
         wanted = _metadata_filter(query.get("metadata"))
         states = set((query.get("state") or "running").split(","))
-        sandboxes = [s for s in (e2b_sandbox(x) for x in sessions.sessions())
-                     if s is not None and not s.session.closed and not s.session.expired()
-                     and all(s.metadata.get(k) == v for k, v in wanted.items())
-                     and (not query.get("template") or s.template == query["template"])]
-        if "running" not in states:
-            sandboxes = []
-        if query.get("order") == "desc":
-            sandboxes.reverse()
         try:
             limit = int(query.get("limit") or 100)
             start = int(query.get("nextToken") or 0)
@@ -230,9 +239,23 @@ def control_router(services) -> APIRouter:
             raise E2bError(400, "limit and nextToken must be integers") from None
         if limit < 1:
             raise E2bError(400, "limit must be at least 1")
+        sandboxes = [detail_json(s) for s in (e2b_sandbox(x) for x in sessions.sessions())
+                     if s is not None and not s.session.closed and not s.session.expired()
+                     and all(s.metadata.get(k) == v for k, v in wanted.items())
+                     and (not query.get("template") or s.template == query["template"])]
+        if "running" not in states:
+            sandboxes = []
+        if services.ask_other_replicas is not None and LISTED_HERE not in request.headers \
+                and "running" in states:
+            here = {d["sandboxID"] for d in sandboxes}
+            sandboxes += [d for d in await _listed_elsewhere(services, request)
+                          if d["sandboxID"] not in here]
+        # One order on every replica, so that pages asked of different ones fit together.
+        sandboxes.sort(key=lambda d: (d["startedAt"], d["sandboxID"]),
+                       reverse=query.get("order") == "desc")
         page = sandboxes[start:start + limit]
         headers = {"x-next-token": str(start + limit)} if start + limit < len(sandboxes) else {}
-        return JSONResponse([detail_json(s) for s in page], headers=headers)
+        return JSONResponse(page, headers=headers)
 
     router.add_api_route("/v2/sandboxes", listing, methods=["GET"], summary="List sandboxes (E2B)")
     router.add_api_route("/sandboxes", listing, methods=["GET"], include_in_schema=False)
