@@ -314,8 +314,6 @@ class RunRecord:
     tests: dict | None = None  # /v1/evaluate: {"passed": n, "total": m}
     session_id: str | None = None
     finished: bool = False
-    # Re-sent to the replica that holds its session: counted and audited there, not here.
-    elsewhere: bool = False
 
 
 class Observability:
@@ -359,8 +357,6 @@ class Observability:
 
     def finish(self, record: RunRecord, http_status: int, error_body: bytes) -> None:
         record.finished = True
-        if record.elsewhere:
-            return
         total_s = time.perf_counter() - record.started
         status = status_label(http_status, record.verdict)
         ran = record.verdict is not None and http_status == 200
@@ -476,11 +472,12 @@ def run_record(request: Request) -> RunRecord | None:
 
 
 def answered_elsewhere(scope) -> None:
-    """The request is re-sent to the replica that holds its session, which counts and audits it."""
+    """The request is re-sent to the replica that holds its session, which counts and audits it:
+    here it is finished already."""
     state = scope.setdefault("state", {})
     state["answered_elsewhere"] = True
     if state.get("run_record") is not None:
-        state["run_record"].elsewhere = True
+        state["run_record"].finished = True
 
 
 def note_run_request(request: Request, req) -> None:

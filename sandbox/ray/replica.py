@@ -80,8 +80,8 @@ class SandboxReplica:
                    ) -> tuple[int, dict[str, str], bytes]:
         """One request through this replica's app, in process: what the handle API and the
         health check use. Answers (status, headers, body)."""
-        answer = self._answer(method, path, body, {**self.own_headers, **(headers or {})},
-                              params or {})
+        answer = self.stream(method, path, body, {**self.own_headers, **(headers or {})},
+                             params or {})
         try:
             status, answer_headers = await answer.__anext__()
             return status, answer_headers, b"".join([chunk async for chunk in answer])
@@ -93,13 +93,6 @@ class SandboxReplica:
         """One request through this replica's app, in process, answered as it is made: first
         (status, headers), then the body's chunks (a streamed E2B command's output as it
         comes). What a session call re-sent to its owner uses, with the client's headers."""
-        async for item in self._answer(method, path, body, headers, params):
-            yield item
-
-    async def _answer(self, method: str, path: str, body: bytes | None, headers: dict,
-                      params: dict) -> AsyncIterator:
-        """The app's answer to one request, driven in process (ASGI): (status, headers), then
-        the body's chunks as the app sends them."""
         replies: asyncio.Queue = asyncio.Queue()
         over = asyncio.Event()
         unread = [{"type": "http.request", "body": body or b"", "more_body": False}]

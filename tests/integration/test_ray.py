@@ -33,6 +33,7 @@ except ImportError as missing:  # CI installs it ('.[test]'): there a missing Ra
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from sandbox.client import SandboxClient, SandboxSessionLost  # noqa: E402
+from sandbox.ray.replica import addressed_to  # noqa: E402
 from ..conftest import REPO_ROOT, _free_port, assert_nothing_left, running_server  # noqa: E402
 from ..verl_support import load_check_correctness  # noqa: E402
 
@@ -94,7 +95,7 @@ def deployed(cluster, tmp_path_factory):
 
 def _replica_metrics(url: str, replica: str) -> str:
     # The router sends a call to the replica its session id names: that replica's own /metrics.
-    answer = requests.get(f"{url}/metrics", headers={"x-session-id": f"{replica}-{'0' * 24}"},
+    answer = requests.get(f"{url}/metrics", headers={"x-session-id": addressed_to(replica)},
                           timeout=TIMEOUT)
     assert answer.status_code == 200 and answer.headers["x-sandbox-replica"] == replica
     return answer.text
@@ -271,7 +272,7 @@ SUM_CPP = ("#include <bits/stdc++.h>\nint main() { long a, b; std::cin >> a >> b
 
 
 def _compile_counts(url: str, replica: str) -> dict:
-    answer = requests.get(f"{url}/v1/queue", headers={"x-session-id": f"{replica}-{'0' * 24}"},
+    answer = requests.get(f"{url}/v1/queue", headers={"x-session-id": addressed_to(replica)},
                           timeout=TIMEOUT)
     assert answer.headers["x-sandbox-replica"] == replica
     return answer.json()["compile_cache"]

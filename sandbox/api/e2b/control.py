@@ -239,17 +239,16 @@ def control_router(services) -> APIRouter:
             raise E2bError(400, "limit and nextToken must be integers") from None
         if limit < 1:
             raise E2bError(400, "limit must be at least 1")
-        sandboxes = [detail_json(s) for s in (e2b_sandbox(x) for x in sessions.sessions())
-                     if s is not None and not s.session.closed and not s.session.expired()
-                     and all(s.metadata.get(k) == v for k, v in wanted.items())
-                     and (not query.get("template") or s.template == query["template"])]
-        if "running" not in states:
-            sandboxes = []
-        if services.ask_other_replicas is not None and LISTED_HERE not in request.headers \
-                and "running" in states:
-            here = {d["sandboxID"] for d in sandboxes}
-            sandboxes += [d for d in await _listed_elsewhere(services, request)
-                          if d["sandboxID"] not in here]
+        sandboxes = []  # E2B's paused sandboxes: none here
+        if "running" in states:
+            sandboxes = [detail_json(s) for s in (e2b_sandbox(x) for x in sessions.sessions())
+                         if s is not None and not s.session.closed and not s.session.expired()
+                         and all(s.metadata.get(k) == v for k, v in wanted.items())
+                         and (not query.get("template") or s.template == query["template"])]
+            if services.ask_other_replicas is not None and LISTED_HERE not in request.headers:
+                here = {d["sandboxID"] for d in sandboxes}
+                sandboxes += [d for d in await _listed_elsewhere(services, request)
+                              if d["sandboxID"] not in here]
         # One order on every replica, so that pages asked of different ones fit together.
         sandboxes.sort(key=lambda d: (d["startedAt"], d["sandboxID"]),
                        reverse=query.get("order") == "desc")
