@@ -6,9 +6,10 @@ The template runs as root in a container of its own, with the capabilities it ne
 namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; NET_ADMIN to bring a run's loopback
 up; KILL to end a run's PID 1, which runs as the sandbox's user) and no network. It never runs a
 program: each child drops everything before it does. fd 4 is the server's control socket
-(SOCK_SEQPACKET). The server first sends a JSON set-up message ({"seccomp": base64 BPF,
-"modules": [...], "warmup": code}); we import the modules, run the warm-up once and answer
-"ready <modules imported>". Per run it sends a JSON message with five descriptors:
+(SOCK_SEQPACKET). The server first sends a JSON set-up message ({"modules": [...], "warmup":
+code}); we import the modules, run the warm-up once and answer "ready <modules imported>".
+Per run it sends a JSON message (with the run's memory cap as "seccomp", and the first time a
+cap comes, its seccomp filter as "filter": base64 BPF) with five descriptors:
 
     the program's stdin, stdout, stderr; a socket to the server (the run's channel); and
     the run's work directory as a detached mount (open_tree)
@@ -131,7 +132,7 @@ class Template:
         self.readonly = [path for path in READONLY if os.path.exists(path)]
         self.argv_area = argv_area()
         self.last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
-        self.seccomp = None
+        self.filters: dict[int, tuple] = {}  # memory cap -> (its seccomp filter, sock_fprog)
         self.control = socket.socket(fileno=4)
         os.set_inheritable(4, False)
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -144,14 +145,10 @@ class Template:
         libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
     def setup(self) -> None:
-        """The server's set-up message: the seccomp filter, the modules to import and code to
-        run once (what the runs of this template would otherwise each do: a first call that
-        imports submodules and fills caches)."""
+        """The server's set-up message: the modules to import and code to run once (what the
+        runs of this template would otherwise each do: a first call that imports submodules
+        and fills caches)."""
         message = json.loads(self.control.recv(1 << 20))
-        bpf = base64.b64decode(message["seccomp"])
-        count = len(bpf) // 8
-        self._filter = (SockFilter * count).from_buffer_copy(bpf)
-        self.seccomp = SockFprog(count, self._filter)
         for name in message.get("modules", []):
             try:
                 __import__(name)
@@ -209,6 +206,10 @@ class Template:
         return True
 
     def start(self, request: dict, fds: list[int]) -> None:
+        if "filter" in request:  # the seccomp filter for a memory cap not seen before
+            bpf = base64.b64decode(request["filter"])
+            program = (SockFilter * (len(bpf) // 8)).from_buffer_copy(bpf)
+            self.filters[request["seccomp"]] = (program, SockFprog(len(program), program))
         channel = socket.socket(fileno=fds[3])
         check(libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
         try:
@@ -349,7 +350,8 @@ class Template:
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(self.seccomp), 0, 0),
+        _, fprog = self.filters[request["seccomp"]]
+        check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
               "seccomp")
 
     def program(self, request: dict, stdio) -> None:

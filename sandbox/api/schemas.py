@@ -97,7 +97,8 @@ class RunCodeResponse(BaseModel):
     files: dict[str, str] = Field(default_factory=dict)
     # Extra keys (clients ignore them):
     memory_peak_MB: float | None = Field(None, description="Peak memory of the whole sandbox.")
-    oom_killed: bool = Field(False, description="The out-of-memory killer stopped the program at its cap.")
+    oom_killed: bool = Field(False, description="The out-of-memory killer stopped the program at its cap, "
+                             "or the sandbox did as it asked for more than its whole cap at once.")
     memory_limit_MB: int | None = Field(None, description="The memory cap applied.")
     sandbox_id: str | None = Field(None, description="Short id of the container that ran the job.")
     error_kind: ErrorKind | None = Field(

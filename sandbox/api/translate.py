@@ -10,7 +10,7 @@ import socket
 from ..assets import AssetError, AssetStore
 from ..compile_options import FlagRefused, compile_argv
 from ..config import LanguageLimits, Settings
-from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus
+from ..engine.models import Job, JobResult, Limits, StepResult, StepStatus, ended_out_of_memory
 from ..engine.output import decode_output
 from ..engine.paths import MNT_FOLDER, UnsafePath, check_no_overlap, confine, needs_mnt_folder
 from ..runtimes import RuntimeRegistry
@@ -218,6 +218,9 @@ def _message(result: JobResult, status: str, job: Job) -> str:
         which, step = "run", result.run
     assert step is not None
     if result.oom_killed:
+        if ended_out_of_memory(step.exit_code):
+            return (f"{which} step killed: out of memory (it asked for more than its whole "
+                    f"{job.limits.memory_mb} MB cap at once)")
         return f"{which} step killed: out of memory (cap {job.limits.memory_mb} MB)"
     if step.status is StepStatus.TIME_LIMIT:
         limit = job.limits.compile_timeout_s if which == "compile" else job.limits.run_timeout_s

@@ -22,7 +22,7 @@ from .admission import Admission, Overloaded, Ticket
 from .backends.base import Backend, BackendError
 from .compile_cache import CachedCompile, CompileCache, compile_key
 from .deadline import FairDeadline
-from .models import Job, JobResult, Limits, StepResult, StepStatus
+from .models import Job, JobResult, Limits, StepResult, StepStatus, ended_out_of_memory
 from .runner_protocol import TestRun
 
 log = logging.getLogger(__name__)
@@ -320,10 +320,13 @@ class Engine:
         we did not send, with memory at the cap, is the OOM killer's."""
         facts = await box.memory_facts()
         result.peak_memory_bytes = facts.peak_bytes
+        last = result.run or result.compile
+        if last is not None and ended_out_of_memory(last.exit_code):
+            result.oom_killed = True  # it asked for more than its cap at once
+            return
         if facts.oom_kills is not None:
             result.oom_killed = facts.oom_kills > 0
             return
-        last = result.run or result.compile
         cap = job.limits.memory_mb * 1024 * 1024
         killed = last is not None and last.status is StepStatus.FINISHED and last.exit_code == -9 \
             and not last.output_limited

@@ -6,9 +6,21 @@ Units live in the names: ``*_s`` seconds, ``*_mb`` MiB, ``*_bytes`` bytes.
 from __future__ import annotations
 
 import enum
+import signal
 from dataclasses import dataclass, field
 
 from ..runtimes import RuntimeSpec
+
+
+# How a program ends that mapped more than its whole memory cap at once: the sandbox's seccomp
+# filter kills it with SIGSYS (backends/seccomp.py, with_memory_cap), before it touched the
+# pages the OOM killer would have ended it for. Reported as out of memory, as that would be.
+MEMORY_REFUSED_EXIT = -signal.SIGSYS
+
+
+def ended_out_of_memory(exit_code: int | None) -> bool:
+    """Whether a program's exit code says the memory rule ended it."""
+    return exit_code == MEMORY_REFUSED_EXIT
 
 
 class StepStatus(str, enum.Enum):

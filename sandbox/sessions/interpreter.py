@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..engine.backends import BackendError
-from ..engine.models import StepResult, StepStatus
+from ..engine.models import StepResult, StepStatus, ended_out_of_memory
 
 INTERRUPT_GRACE_S = 1.0
 MAX_DISPLAY_BYTES = 16 << 20
@@ -99,7 +99,8 @@ class Interpreter:
         if needs_restart and live.ended.done() and not timed_out:
             exit_code = live.ended.result()  # the interpreter died: how
         facts = live.memory_facts()
-        oom = facts.oom_kills is not None and facts.oom_kills > oom_before
+        oom = (facts.oom_kills is not None and facts.oom_kills > oom_before
+               or needs_restart and ended_out_of_memory(exit_code))
         self._oom_kills = facts.oom_kills or 0
         stdout, out_cut = live.read_control(names["out"], output_limit)
         stderr, err_cut = live.read_control(names["err"], output_limit)

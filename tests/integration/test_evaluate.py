@@ -69,6 +69,19 @@ def test_each_failure_verdict(evaluate):
     assert tests[6]["stdout_truncated"] is True and len(tests[6]["stdout"]) == 1024  # the preview
 
 
+def test_asking_for_more_than_the_cap_at_once_is_a_memory_limit_verdict(evaluate):
+    """C++'s `new` of 1 GiB under a 128 MB cap: the sandbox's seccomp rule ends it at the call
+    (seccomp.with_memory_cap), a memory_limit verdict as the OOM killer's would be."""
+    code = ("#include <cstdio>\n#include <cstring>\nint main() { int n; scanf(\"%d\", &n);\n"
+            "  char *p = new char[(size_t)n << 20]; memset(p, 1, (size_t)n << 20);\n"
+            "  printf(\"%d\\n\", p[n]); }")
+    result = evaluate(code, "cpp", [{"stdin": "16", "expected_output": "1"},
+                                    {"stdin": "1024", "expected_output": "1"}],
+                      memory_limit_MB=128)
+    assert verdicts(result) == ["accepted", "memory_limit"], result
+    assert result["tests"][1]["signal"] == 31 and result["tests"][1]["wall_time"] < 1, result
+
+
 def test_compile_error_marks_every_test(evaluate):
     result = evaluate("int main() { return }", "cpp", SUM_TESTS)
     assert verdicts(result) == ["compile_error"] * 3
@@ -280,11 +293,12 @@ def test_python_tests_run_like_python3(evaluate):
     assert "ZeroDivisionError" in crash["stderr"] and "zygote" not in crash["stderr"]
 
 
-ALLOCATE_PY = ("import sys\nn = int(input())\nx = bytearray(n << 20)\nx[::4096] = b'x' * len(x[::4096])\n"
-               "print(n)")
+# n MiB, a MiB at a time (one mapping larger than the cap would end at the call, before
+# the test filled its cap: seccomp.with_memory_cap)
+ALLOCATE_PY = "n = int(input())\nx = [b'x' * (1 << 20) for _ in range(n)]\nprint(n)"
 ALLOCATE_CPP = ("#include <cstdio>\n#include <cstdlib>\nint main(){int n; scanf(\"%d\",&n);"
-                " size_t size = (size_t)n << 20; volatile char *p = (volatile char*)malloc(size + 1);"
-                " for (size_t i = 0; i < size; i += 4096) p[i] = 1; printf(\"%d\\n\", n);}")
+                " for (int k = 0; k < n; k++) { volatile char *p = (volatile char*)malloc(1 << 20);"
+                " for (int i = 0; i < 1 << 20; i += 4096) p[i] = 1; } printf(\"%d\\n\", n);}")
 
 
 @pytest.mark.parametrize("language, code", [("python", ALLOCATE_PY), ("cpp", ALLOCATE_CPP)])

@@ -110,6 +110,18 @@ def test_a_cell_that_ignores_the_interrupt_is_killed_and_the_restart_said(url, s
     assert state["restarts"] == 1 and state["alive"] is True
 
 
+def test_a_cell_asking_for_more_than_the_whole_cap_at_once_restarts_it_at_once(url):
+    session = create(url, memory_limit_MB=128)["session_id"]
+    try:
+        call(url, session, "kept = 1")
+        result = call(url, session, "hog = bytearray(1 << 30)")
+        assert result["oom_killed"] is True and result["session_restarted"] is True, result
+        assert result["run_result"]["execution_time"] < 2, result  # not faulted in first
+        assert out(call(url, session, "print('kept' in globals())")) == "False\n"
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
 def test_out_of_memory_restarts_the_interpreter(url):
     session = create(url, memory_limit_MB=128)["session_id"]
     try:

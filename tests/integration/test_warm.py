@@ -209,6 +209,25 @@ def test_the_memory_cap_and_oom_verdict_hold(warm, cold):
         assert result["run_result"]["stdout"] == "" and result["run_result"]["return_code"] == -9
 
 
+@pytest.mark.parametrize("code", [
+    "hog = b'\\x01' * (2 * 1024 ** 3)\nprint('survived')",
+    "import numpy\na = numpy.zeros((100000, 100000))\nprint(a.shape)",
+])
+def test_asking_for_more_than_the_whole_cap_at_once_ends_as_out_of_memory_at_once(warm, cold, code):
+    """seccomp.with_memory_cap: the OOM verdict the run would get after faulting in its whole
+    cap (~0.6 s of CPU a GiB here), given at the call; a different cap, a different filter."""
+    for url in (warm, cold):
+        for cap in (512, 1024):
+            result = _run(url, code, memory_limit_MB=cap)
+            step = result["run_result"]
+            assert result["oom_killed"] is True and result["status"] == "Failed", result
+            assert step["return_code"] == -signal.SIGSYS and step["stdout"] == "", result
+            assert f"more than its whole {cap} MB cap at once" in result["message"], result
+            assert step["cpu_time"] < 0.1 and result["memory_peak_MB"] < 100, result
+    below = _run(warm, "a = bytearray(300 << 20)\nprint(len(a))", memory_limit_MB=512)
+    assert below["run_result"]["stdout"] == f"{300 << 20}\n", below  # one mapping under the cap
+
+
 def test_two_runs_at_once_cannot_see_each_other(warm):
     planter = ("import os, time, subprocess\nopen('/tmp/mine', 'w').write('x')\n"
                "open('/sandbox/mine', 'w').write('x')\nopen('/dev/shm/mine', 'w').write('x')\n"

@@ -142,7 +142,7 @@ def _config(access=None, rootfs="/var/lib/llm-sandbox/rootfs/abc/rootfs"):
                          env=["PATH=/usr/local/bin:/usr/bin:/bin"], limits=LIMITS,
                          workdir=Path("/run/llm-sandbox/default/abc/work"),
                          cgroups_path="/llm-sandbox-default/abc-1", swap_accounting=True,
-                         seccomp_annotations={"run.oci.seccomp_bpf_data": "x"}, gpu=access)
+                         precompiled_seccomp=True, gpu=access)
 
 
 def test_every_gpu_by_default_with_the_specs_own_edits_first(host):

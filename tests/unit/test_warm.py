@@ -48,7 +48,7 @@ def test_a_template_container_is_root_with_only_what_making_sandboxes_takes():
                     workdir_mb=8, output_bytes=1024, fetch_bytes=1024)
     config = template_config(bundle_config(
         ["x"], rootfs=Path("/r"), env=[], limits=limits, workdir=Path("/w"), cgroups_path="/c",
-        swap_accounting=True, seccomp_annotations={"run.oci.seccomp_bpf_data": "AA=="}))
+        swap_accounting=True, precompiled_seccomp=True))
     process = config["process"]
     assert process["user"] == {"uid": 0, "gid": 0}
     assert set(process["capabilities"]) == {"bounding", "effective", "permitted"}

@@ -9,7 +9,7 @@ from typing import Sequence
 from ..gpu import GpuAccess
 from ..models import Limits, stack_limit_bytes
 from .base import SANDBOX_UID, WORKDIR
-from .seccomp import SECCOMP_PROFILE
+from .seccomp import SECCOMP_PROFILE, bpf_annotation, with_memory_cap
 
 # The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
 DEVICES = [{"allow": False, "access": "rwm"}] + [
@@ -23,11 +23,12 @@ READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysr
 
 def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: Limits,
                   workdir: Path, cgroups_path: str, swap_accounting: bool,
-                  seccomp_annotations: dict, workdir_writable: bool = True,
+                  precompiled_seccomp: bool, workdir_writable: bool = True,
                   extra_mounts: Sequence[dict] = (), gpu: GpuAccess | None = None) -> dict:
     """config.json for a container running ``args`` as PID 1 over ``workdir`` (at /sandbox).
     ``extra_mounts``: more bind mounts (a session's control folder). ``gpu``: the host's GPUs
-    passed through (a GPU runtime's sandbox only; its ``rootfs`` is a root of its own)."""
+    passed through (a GPU runtime's sandbox only; its ``rootfs`` is a root of its own).
+    ``precompiled_seccomp``: the runtime loads the filter compiled here (crun's annotation)."""
     limits = limits
     memory = limits.memory_mb * 1024 * 1024
     stack = stack_limit_bytes(limits.memory_mb)
@@ -38,10 +39,11 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "cgroup")]
     if not limits.network:
         namespaces.append({"type": "network"})
-    seccomp = {} if seccomp_annotations else {"seccomp": SECCOMP_PROFILE}
+    annotations = bpf_annotation(memory) if precompiled_seccomp else {}
+    seccomp = {} if annotations else {"seccomp": with_memory_cap(SECCOMP_PROFILE, memory)}
     config = {
         "ociVersion": "1.0.2",
-        "annotations": seccomp_annotations,
+        "annotations": annotations,
         "process": {
             "user": {"uid": SANDBOX_UID, "gid": SANDBOX_UID},
             "args": list(args),

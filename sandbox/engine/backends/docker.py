@@ -25,7 +25,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest, LogConfig, Ulimit
 
-from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
+from ..models import Limits, StepResult, StepStatus, ended_out_of_memory, stack_limit_bytes
 from ..output import CappedBuffer
 from .. import tarball
 from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
@@ -33,7 +33,7 @@ from ..gpu import NOT_CHECKED, GpuAccess
 from ..runner_protocol import RUNNER, PipesUnsupported, RunnerGone, TestRun, finish, run_one
 from .base import (SANDBOX_UID, WORKDIR, BackendError, GpuUnavailable, ImageMissing,
                    SandboxEndedByProgram, SandboxUnavailable)
-from .seccomp import SECCOMP_PROFILE_JSON
+from .seccomp import profile_json
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -278,6 +278,7 @@ class DockerTestSession:
             result.peak_memory_bytes = after.peak_bytes
             if before is not None and before.oom_kills is not None and after.oom_kills is not None:
                 result.oom_killed = after.oom_kills > before.oom_kills
+        result.oom_killed = result.oom_killed or ended_out_of_memory(result.exit_code)
         return result
 
 
@@ -437,8 +438,9 @@ class DockerBackend:
             network_mode="bridge" if limits.network else "none",
             cgroupns="private",  # its own cgroup at /sys/fs/cgroup, no host path (v1's default is host)
             cap_drop=["ALL"],
-            # The same filter as the oci backend: Docker's default, minus io_uring and ptrace.
-            security_opt=["no-new-privileges", f"seccomp={SECCOMP_PROFILE_JSON}"],
+            # The same filter as the oci backend: Docker's default, minus io_uring and ptrace,
+            # with the memory cap's rule (seccomp.with_memory_cap).
+            security_opt=["no-new-privileges", f"seccomp={profile_json(limits.memory_mb << 20)}"],
             init=True,  # reaps zombies; lets a runtime that aborts get its own signal
             ulimits=[Ulimit(name="core", soft=0, hard=0),
                      Ulimit(name="stack", soft=stack_limit_bytes(limits.memory_mb),

@@ -38,7 +38,7 @@ from .. import safe_files
 from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts,
                        cgroup_memory_facts, remove_cgroup, schedstat_waited_ns)
 from ..deadline import RECHECK_S, FairDeadline
-from ..models import Limits, StepResult, StepStatus, stack_limit_bytes
+from ..models import Limits, StepResult, StepStatus, ended_out_of_memory, stack_limit_bytes
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
@@ -50,7 +50,6 @@ from .oci_status import parse_status, read_status, wait_exit
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
                    _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
-from .seccomp import SECCOMP_PROFILE, bpf_annotation
 from .warm import Template, Templates, TemplateSpec, WarmUnavailable
 
 log = logging.getLogger(__name__)
@@ -116,7 +115,7 @@ class OciSandbox:
         config = bundle_config(args, rootfs=self._rootfs, env=self._env, limits=self._limits,
                                workdir=self.workdir, cgroups_path=cgroups_path,
                                swap_accounting=self._backend.swap_accounting,
-                               seccomp_annotations=self._backend.seccomp_annotations,
+                               precompiled_seccomp=self._backend.precompiled_seccomp,
                                workdir_writable=workdir_writable, extra_mounts=extra_mounts,
                                gpu=self._backend.gpu if self._limits.gpu else None)
         return template_config(config) if template else config
@@ -201,7 +200,7 @@ class OciSandbox:
             raise WarmUnavailable(f"cannot make the run's cgroup: {exc}") from exc
         try:
             run, channel = await template.fork(
-                cgroup, self.workdir, argv[1:],
+                cgroup, self.workdir, argv[1:], memory_bytes=limits.memory_mb << 20,
                 tmp_mb=max(1, min(limits.workdir_mb, limits.memory_mb)),
                 stack_bytes=stack_limit_bytes(limits.memory_mb),
                 backstop_s=deadline.backstop_s + BACKSTOP_GRACE_S)
@@ -421,6 +420,7 @@ class OciTestSession:
         result.peak_memory_bytes = after.peak_bytes
         if before is not None and after.oom_kills is not None:
             result.oom_killed = after.oom_kills > before
+        result.oom_killed = result.oom_killed or ended_out_of_memory(result.exit_code)
         return result
 
 
@@ -446,7 +446,7 @@ class OciBackend:
         self.rootfs = RootfsStore(state_dir / "rootfs", prebuilt=rootfs_dir)
         self.swap_accounting = _swap_accounting()
         # crun can load a filter compiled once; runc compiles linux.seccomp at every start.
-        self.seccomp_annotations = bpf_annotation(SECCOMP_PROFILE) if Path(runtime).name == "crun" else {}
+        self.precompiled_seccomp = Path(runtime).name == "crun"
         # Whether the server was full at any time since a moment (the engine's admission sets
         # it): a run's limit stretches (FairDeadline) only then. Never full without an engine.
         self.server_was_full: Callable[[float], bool] = lambda since: False

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import array
 import asyncio
+import base64
 import contextlib
 import ctypes
 import json
@@ -44,6 +45,7 @@ from ..spawn import pipe_reader, pipe_writer
 from .base import BackendError
 from .oci_status import read_status, wait_exit
 from .rootfs import INIT
+from .seccomp import compiled_filter
 
 if TYPE_CHECKING:
     from .oci import OciBackend
@@ -149,6 +151,7 @@ class Template:
         self.diagnostics = CappedBuffer(16 << 10)
         self.forks = 0
         self.failures = 0  # warm starts failed in a row
+        self._filters_sent: set[int] = set()  # the memory caps whose filter this process has
 
     def failed(self, problem: str) -> None:
         """A warm start failed (its run goes cold). Several in a row: this host cannot make a
@@ -166,9 +169,9 @@ class Template:
         """Start the container and wait for the template's "ready"; on failure ``problem`` says
         why (the image runs cold)."""
         backend = self.backend
-        bpf = backend.seccomp_annotations.get("run.oci.seccomp_bpf_data")
-        if bpf is None:
-            self.problem = "the seccomp filter cannot be compiled here (libseccomp)"
+        self._filters_sent = set()  # a new template process
+        if not backend.precompiled_seccomp or compiled_filter(TEMPLATE_MEMORY_MB << 20) is None:
+            self.problem = "the seccomp filter cannot be compiled here (crun and libseccomp)"
             return
         limits = Limits(compile_timeout_s=0, run_timeout_s=0, memory_mb=TEMPLATE_MEMORY_MB,
                         cpus=float(os.cpu_count() or 1), pids=TEMPLATE_PIDS, workdir_mb=1,
@@ -177,7 +180,7 @@ class Template:
         self._name = box.first_container_name
         self._drains = []
         try:
-            answer = await self._start_container(box, bpf)
+            answer = await self._start_container(box)
         except BaseException:  # the server stops meanwhile: no container may be left
             await self.stop()
             raise
@@ -192,7 +195,7 @@ class Template:
         log.info("warm template %s for %s ready (%d modules preloaded)", self.name, self.image,
                  len(self.preloaded))
 
-    async def _start_container(self, box, bpf: str) -> str:
+    async def _start_container(self, box) -> str:
         """Start the template's container, send its set-up, return its first word."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
@@ -210,8 +213,7 @@ class Template:
         self._drains = [asyncio.create_task(self._drain(self._proc.stdout)),
                         asyncio.create_task(self._drain(self._proc.stderr))]
         try:
-            ours.send(json.dumps({"seccomp": bpf, "modules": self.modules,
-                                  "warmup": self.warmup}).encode())
+            ours.send(json.dumps({"modules": self.modules, "warmup": self.warmup}).encode())
             # The status socket speaks first when the template ends before it is ready (its
             # init holds the control socket open until we close that one).
             if await _wait_readable(ours.fileno(), READY_TIMEOUT_S,
@@ -284,10 +286,12 @@ class Template:
                 except OSError as exc:
                     raise WarmUnavailable(f"the template is gone: {exc}") from exc
 
-    async def fork(self, cgroup: JobCgroup, workdir: Path, argv: Sequence[str], tmp_mb: int,
-                   stack_bytes: int, backstop_s: float) -> tuple[WarmRun, socket.socket]:
+    async def fork(self, cgroup: JobCgroup, workdir: Path, argv: Sequence[str], memory_bytes: int,
+                   tmp_mb: int, stack_bytes: int, backstop_s: float
+                   ) -> tuple[WarmRun, socket.socket]:
         """Start a run: returns it and the channel its PID 1 reports on. WarmUnavailable when
-        the template cannot (nothing has run; the caller runs it cold)."""
+        the template cannot (nothing has run; the caller runs it cold). ``memory_bytes``: the
+        run's cap, which its seccomp filter carries (seccomp.with_memory_cap)."""
         if not self.ready:
             raise WarmUnavailable(self.problem)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -302,8 +306,11 @@ class Template:
             except OSError as exc:
                 raise WarmUnavailable(str(exc)) from exc
             request = {"argv": list(argv), "tmp_mb": tmp_mb, "stack_bytes": stack_bytes,
-                       "fsize": -1, "backstop_s": backstop_s}
+                       "fsize": -1, "backstop_s": backstop_s, "seccomp": memory_bytes}
+            if memory_bytes not in self._filters_sent:  # the filter for this cap, once
+                request["filter"] = base64.b64encode(compiled_filter(memory_bytes)).decode()
             await self._send(json.dumps(request).encode(), theirs_fds)
+            self._filters_sent.add(memory_bytes)
         except BaseException:
             for fd in ours_fds:
                 os.close(fd)
