@@ -8,8 +8,8 @@ up; KILL to end a run's PID 1, which runs as the sandbox's user) and no network.
 program: each child drops everything before it does. fd 4 is the server's control socket
 (SOCK_SEQPACKET). The server first sends a JSON set-up message ({"modules": [...], "warmup":
 code}); we import the modules, run the warm-up once and answer "ready <modules imported>".
-Per run it sends a JSON message (with the run's memory cap as "seccomp", and the first time a
-cap comes, its seccomp filter as "filter": base64 BPF) with five descriptors:
+Per run it sends a JSON message (with the run's seccomp filter, which carries its memory cap, as
+"seccomp": base64 BPF) with five descriptors:
 
     the program's stdin, stdout, stderr; a socket to the server (the run's channel); and
     the run's work directory as a detached mount (open_tree)
@@ -132,7 +132,6 @@ class Template:
         self.readonly = [path for path in READONLY if os.path.exists(path)]
         self.argv_area = argv_area()
         self.last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
-        self.filters: dict[int, tuple] = {}  # memory cap -> (its seccomp filter, sock_fprog)
         self.control = socket.socket(fileno=4)
         os.set_inheritable(4, False)
         self.own_pid_ns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
@@ -206,10 +205,6 @@ class Template:
         return True
 
     def start(self, request: dict, fds: list[int]) -> None:
-        if "filter" in request:  # the seccomp filter for a memory cap not seen before
-            bpf = base64.b64decode(request["filter"])
-            program = (SockFilter * (len(bpf) // 8)).from_buffer_copy(bpf)
-            self.filters[request["seccomp"]] = (program, SockFprog(len(program), program))
         channel = socket.socket(fileno=fds[3])
         check(libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
         try:
@@ -350,7 +345,9 @@ class Template:
         os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
         check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-        _, fprog = self.filters[request["seccomp"]]
+        bpf = base64.b64decode(request["seccomp"])
+        program = (SockFilter * (len(bpf) // 8)).from_buffer_copy(bpf)
+        fprog = SockFprog(len(program), program)
         check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
               "seccomp")
 

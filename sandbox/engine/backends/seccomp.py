@@ -168,6 +168,13 @@ def compiled_filter(cap_bytes: int) -> bytes | None:
 
 
 @lru_cache(maxsize=64)
+def filter_base64(cap_bytes: int) -> str | None:
+    """``compiled_filter`` as base64 text: crun's annotation, a warm template's run request."""
+    bpf = compiled_filter(cap_bytes)
+    return base64.b64encode(bpf).decode() if bpf else None
+
+
+@lru_cache(maxsize=64)
 def profile_json(cap_bytes: int) -> str:
     """The profile for memory cap ``cap_bytes`` as Docker's ``--security-opt seccomp=`` takes it."""
     return json.dumps(with_memory_cap(SECCOMP_PROFILE, cap_bytes))
@@ -175,5 +182,5 @@ def profile_json(cap_bytes: int) -> str:
 
 def bpf_annotation(cap_bytes: int) -> dict[str, str]:
     """crun's annotation carrying the compiled filter, or {} when it cannot be compiled here."""
-    bpf = compiled_filter(cap_bytes)
-    return {"run.oci.seccomp_bpf_data": base64.b64encode(bpf).decode()} if bpf else {}
+    bpf = filter_base64(cap_bytes)
+    return {"run.oci.seccomp_bpf_data": bpf} if bpf else {}

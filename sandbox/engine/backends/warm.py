@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import array
 import asyncio
-import base64
 import contextlib
 import ctypes
 import json
@@ -45,7 +44,7 @@ from ..spawn import pipe_reader, pipe_writer
 from .base import BackendError
 from .oci_status import read_status, wait_exit
 from .rootfs import INIT
-from .seccomp import compiled_filter
+from .seccomp import compiled_filter, filter_base64
 
 if TYPE_CHECKING:
     from .oci import OciBackend
@@ -151,7 +150,6 @@ class Template:
         self.diagnostics = CappedBuffer(16 << 10)
         self.forks = 0
         self.failures = 0  # warm starts failed in a row
-        self._filters_sent: set[int] = set()  # the memory caps whose filter this process has
 
     def failed(self, problem: str) -> None:
         """A warm start failed (its run goes cold). Several in a row: this host cannot make a
@@ -169,7 +167,6 @@ class Template:
         """Start the container and wait for the template's "ready"; on failure ``problem`` says
         why (the image runs cold)."""
         backend = self.backend
-        self._filters_sent = set()  # a new template process
         if not backend.precompiled_seccomp or compiled_filter(TEMPLATE_MEMORY_MB << 20) is None:
             self.problem = "the seccomp filter cannot be compiled here (crun and libseccomp)"
             return
@@ -306,11 +303,9 @@ class Template:
             except OSError as exc:
                 raise WarmUnavailable(str(exc)) from exc
             request = {"argv": list(argv), "tmp_mb": tmp_mb, "stack_bytes": stack_bytes,
-                       "fsize": -1, "backstop_s": backstop_s, "seccomp": memory_bytes}
-            if memory_bytes not in self._filters_sent:  # the filter for this cap, once
-                request["filter"] = base64.b64encode(compiled_filter(memory_bytes)).decode()
+                       "fsize": -1, "backstop_s": backstop_s,
+                       "seccomp": filter_base64(memory_bytes)}
             await self._send(json.dumps(request).encode(), theirs_fds)
-            self._filters_sent.add(memory_bytes)
         except BaseException:
             for fd in ours_fds:
                 os.close(fd)
