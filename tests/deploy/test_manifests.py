@@ -261,6 +261,23 @@ def test_haproxy_accepts_its_kubernetes_settings():
     _haproxy_check(env, peers, f"{HAPROXY}-0")
 
 
+def test_haproxy_for_ray_needs_only_where_the_proxies_are():
+    """deploy/haproxy/ray.cfg: valid with SANDBOX_RAY_PROXIES alone (its other settings have
+    defaults), refused without it. tests/integration/test_ray.py runs it in front of a cluster."""
+    if shutil.which("haproxy") is None:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1":
+            pytest.fail("haproxy is not installed")
+        pytest.skip("haproxy is not installed (apt-get install haproxy)")
+    command = ["haproxy", "-c", "-f", str(DEPLOY / "haproxy" / "ray.cfg")]
+    base = {"PATH": os.environ["PATH"], "SANDBOX_PROXY_SOCKET": "/tmp/unused.sock"}
+    check = subprocess.run(command, env={**base, "SANDBOX_RAY_PROXIES": "ray-nodes.internal:8000"},
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and "Warnings were found" not in check.stdout + check.stderr, \
+        check.stdout + check.stderr
+    missing = subprocess.run(command, env=base, capture_output=True, text=True)
+    assert missing.returncode != 0 and "SANDBOX_RAY_PROXIES" in missing.stdout + missing.stderr
+
+
 def _env_file(path) -> dict[str, str]:
     """KEY=VALUE lines as systemd's EnvironmentFile reads them (comments, quotes)."""
     pairs = [line.split("=", 1) for line in path.read_text().splitlines()

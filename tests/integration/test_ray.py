@@ -1,14 +1,16 @@
 """The sandbox as a Ray Serve application on a real multi-node Ray cluster on this machine: a
 head and two worker nodes that carry the ``sandbox`` resource, each worker with its own replica
 on the oci backend (its own instance), deployed by ``sandbox ray deploy``. Requests enter
-through Ray Serve's proxy or the handle API (``sandbox.ray.Sandbox``); one node is killed under
-load and another added."""
+through Ray Serve's proxy, through HAProxy in front of it (deploy/haproxy/ray.cfg) or the handle
+API (``sandbox.ray.Sandbox``); one node is killed under load and another added."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import re
+import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -91,6 +93,67 @@ def deployed(cluster, tmp_path_factory):
         assert stop.returncode == 0, stop.stderr[-3000:]
     for instance in instances:  # a stopped replica leaves nothing behind
         assert_nothing_left(instance)
+
+
+@pytest.fixture(scope="module")
+def haproxy_in_front(deployed, tmp_path_factory):
+    """deploy/haproxy/ray.cfg (Debian's HAProxy) in front of Serve's proxies, which it finds by
+    DNS (dnsmasq: one A record here, every node's proxy shares the port on this machine).
+    Yields (its URL, its stats page's URL)."""
+    missing = [tool for tool in ("haproxy", "dnsmasq") if shutil.which(tool) is None]
+    if missing:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1":
+            pytest.fail(f"{missing} not installed")
+        pytest.skip(f"{missing} not installed (apt-get install haproxy dnsmasq-base)")
+    log_dir = tmp_path_factory.mktemp("ray-haproxy")
+    hosts = log_dir / "nodes.hosts"
+    hosts.write_text("127.0.0.1 ray-nodes.test\n")
+    dns_port, port, stats_port = _free_udp_port(), _free_port(), _free_port()
+    env = {**os.environ, "SANDBOX_RAY_PROXIES": f"ray-nodes.test:{deployed.rsplit(':', 1)[1]}",
+           "SANDBOX_NAMESERVER": f"127.0.0.1:{dns_port}", "SANDBOX_RAY_SLOTS": "4",
+           "SANDBOX_PROXY_BIND": f"127.0.0.1:{port}",
+           "SANDBOX_PROXY_STATS_BIND": f"127.0.0.1:{stats_port}",
+           "SANDBOX_PROXY_SOCKET": str(log_dir / "admin.sock")}
+    with open(log_dir / "dnsmasq.log", "wb") as dns_log, open(log_dir / "haproxy.log", "wb") as log:
+        dnsmasq = subprocess.Popen(
+            ["dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--user=root", "--pid-file=",
+             f"--port={dns_port}", "--listen-address=127.0.0.1", "--bind-interfaces",
+             "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}"],
+            stdout=dns_log, stderr=subprocess.STDOUT)
+        haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(REPO_ROOT / "deploy/haproxy/ray.cfg")],
+                                   env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            stats_url = f"http://127.0.0.1:{stats_port}"
+            deadline = time.monotonic() + 60
+            while _haproxy_backend(stats_url).get("status") != "UP":
+                assert haproxy.poll() is None, (log_dir / "haproxy.log").read_text()
+                assert time.monotonic() < deadline, (log_dir / "haproxy.log").read_text()
+                time.sleep(0.5)
+            yield f"http://127.0.0.1:{port}", stats_url
+        finally:
+            for process in (haproxy, dnsmasq):
+                process.terminate()
+                process.wait(timeout=30)
+
+
+def _free_udp_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _haproxy_backend(stats_url: str) -> dict:
+    """The `ray` backend's row of HAProxy's CSV stats (status, wretr: retries, ...)."""
+    try:
+        header, *rows = requests.get(f"{stats_url}/stats;csv", timeout=10).text.splitlines()
+    except requests.ConnectionError:
+        return {}
+    names = header.lstrip("# ").split(",")
+    for row in rows:
+        values = dict(zip(names, row.split(",")))
+        if values.get("pxname") == "ray" and values.get("svname") == "BACKEND":
+            return values
+    return {}
 
 
 def _replica_metrics(url: str, replica: str) -> str:
@@ -325,10 +388,11 @@ def test_handle_api_evaluates_a_batch_and_keeps_sessions(deployed):
 
 
 def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffic(
-        cluster, deployed, tmp_path):
-    """Stateless calls through the handle API whose replica dies are sent again (counted);
-    sessions on the dead node answer 410 while the others keep working; the replica Serve
-    could not place waits for a node, and the node added takes traffic."""
+        cluster, deployed, haproxy_in_front, tmp_path):
+    """Stateless calls through the handle API, or through HAProxy in front of Serve's proxies,
+    whose replica dies are sent again (counted); sessions on the dead node answer 410 while
+    the others keep working; the replica Serve could not place waits for a node, and the node
+    added takes traffic."""
     from sandbox.ray import Sandbox, replicas
 
     ray_cluster, workers = cluster
@@ -360,22 +424,44 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
                 return answer.status_code, answer.json()["run_result"]["stdout"] \
                     if answer.status_code == 200 else answer.text
 
-            async def load() -> tuple[list[dict], int, list[tuple[int, str]]]:
+            haproxy_url, stats_url = haproxy_in_front
+
+            def over_haproxy(i: int) -> tuple[int, str]:
+                for _ in range(5):  # as verl does: a 504 (the survivor full) is retried
+                    answer = requests.post(f"{haproxy_url}/run_code", json={
+                        "language": "python", "run_timeout": 20,
+                        "code": f"import time\ntime.sleep(3)\nprint({i})"}, timeout=TIMEOUT)
+                    if answer.status_code != 504:
+                        break
+                    time.sleep(float(answer.headers.get("retry-after", 1)))
+                return answer.status_code, answer.json()["run_result"]["stdout"] \
+                    if answer.status_code == 200 else answer.text
+
+            retries_before = int(_haproxy_backend(stats_url)["wretr"])
+
+            async def load() -> tuple[list[dict], int, list[tuple[int, str]], list[tuple[int, str]]]:
                 sandbox = Sandbox()
                 # Each sleeps past the kill: every call is in flight when the node dies.
                 calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
                                            "code": f"import time\ntime.sleep(3)\nprint({i})"})
                          for i in range(24)]
                 loop = asyncio.get_running_loop()
-                http_calls = [loop.run_in_executor(None, over_http, i) for i in range(8)]
-                killer = loop.run_in_executor(None, _kill_after, ray_cluster, workers[0], 1.5)
-                results = await asyncio.gather(*calls)
-                await killer
-                return results, sandbox.retried, await asyncio.gather(*http_calls)
+                with ThreadPoolExecutor(32) as threads:  # every call at once, and the killer
+                    http_calls = [loop.run_in_executor(threads, over_http, i) for i in range(8)]
+                    proxied = [loop.run_in_executor(threads, over_haproxy, i) for i in range(12)]
+                    killer = loop.run_in_executor(threads, _kill_after, ray_cluster, workers[0], 1.5)
+                    results = await asyncio.gather(*calls)
+                    await killer
+                    return (results, sandbox.retried, await asyncio.gather(*http_calls),
+                            await asyncio.gather(*proxied))
 
-            results, retried, http_answers = asyncio.run(load())
+            results, retried, http_answers, proxied_answers = asyncio.run(load())
             assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(24)]
             assert retried > 0  # the calls in flight on the dead node were sent again
+            # Through HAProxy (deploy/haproxy/ray.cfg) every call answers right: those that ran
+            # on the dead node were sent again, which HAProxy counted.
+            assert proxied_answers == [(200, f"{i}\n") for i in range(12)], proxied_answers
+            assert int(_haproxy_backend(stats_url)["wretr"]) > retries_before
             # Through Serve's proxies nothing is sent again: a call that ran on the dead node, or
             # whose connection the dead node's proxy held, fails (a 5xx or a dropped connection:
             # docs/deployment.md), and none answers a wrong result.
