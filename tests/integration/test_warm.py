@@ -223,7 +223,7 @@ def test_asking_for_more_than_the_whole_cap_at_once_ends_as_out_of_memory_at_onc
             assert result["oom_killed"] is True and result["status"] == "Failed", result
             assert step["return_code"] == -signal.SIGSYS and step["stdout"] == "", result
             assert f"more than its whole {cap} MB cap at once" in result["message"], result
-            assert step["cpu_time"] < 0.1 and result["memory_peak_MB"] < 100, result
+            assert result["memory_peak_MB"] < 100, result  # ended before it touched its cap
     below = _run(warm, "a = bytearray(300 << 20)\nprint(len(a))", memory_limit_MB=512)
     assert below["run_result"]["stdout"] == f"{300 << 20}\n", below  # one mapping under the cap
 
