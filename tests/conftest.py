@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -70,10 +71,27 @@ def docker_ready() -> None:
         pytest.skip(problem)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+def _free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def missing_haproxy_tools() -> str | None:
+    """What HAProxy's tests lack (HAProxy, and dnsmasq as the servers' DNS), or None."""
+    missing = [tool for tool in ("haproxy", "dnsmasq") if shutil.which(tool) is None]
+    return f"{' and '.join(missing)} not installed (apt-get install haproxy dnsmasq-base)" \
+        if missing else None
+
+
+def start_dnsmasq(hosts: Path, port: int, log) -> subprocess.Popen:
+    """dnsmasq on 127.0.0.1:``port`` answering only from ``hosts`` (re-read on SIGHUP): the
+    DNS name HAProxy's ``server-template`` lists servers by."""
+    return subprocess.Popen(
+        ["dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--user=root", "--pid-file=",
+         f"--port={port}", "--listen-address=127.0.0.1", "--bind-interfaces",
+         "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}", "--log-queries"],
+        stdout=log, stderr=subprocess.STDOUT)
 
 
 def _our_containers(instance: str) -> list[dict]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +33,8 @@ import requests
 from sandbox.client import SandboxClient, SandboxSessionLost
 from sandbox.config import REPO_ROOT
 
-from ..conftest import _oci_problem, assert_nothing_left, running_server, start_server
+from ..conftest import (_free_port, _oci_problem, assert_nothing_left, missing_haproxy_tools,
+                        running_server, start_dnsmasq, start_server)
 from ..timescale import scaled
 from ..verl_support import load_check_correctness
 
@@ -48,18 +48,6 @@ CONCURRENCY = 2        # each server's SANDBOX_MAX_CONCURRENCY
 MAXCONN = 4            # HAProxy's maxconn per server: twice that, as deploy/ sets it
 TIMEOUT = 120
 COUNTER = "n = globals().get('n', 0) + 1\nprint(n)"  # a session's state: its call count
-
-
-def _missing_tools() -> str | None:
-    missing = [tool for tool in ("haproxy", "dnsmasq") if shutil.which(tool) is None]
-    return f"{' and '.join(missing)} not installed (apt-get install haproxy dnsmasq-base)" \
-        if missing else None
-
-
-def _free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def _wait(what: str, check, timeout_s: float = 60):
@@ -153,7 +141,7 @@ def _stop(server: Server) -> None:
 
 @pytest.fixture(scope="module")
 def fleet(docker_ready, tmp_path_factory):
-    for problem, required in ((_missing_tools(), REQUIRE_HAPROXY),
+    for problem, required in ((missing_haproxy_tools(), REQUIRE_HAPROXY),
                               (_oci_problem(), os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1")):
         if problem:
             if required:
@@ -165,11 +153,7 @@ def fleet(docker_ready, tmp_path_factory):
     dns_port = _free_port(socket.SOCK_DGRAM)
     with contextlib.ExitStack() as stack:
         dns_log = stack.enter_context(open(log_dir / "dnsmasq.log", "wb"))
-        dnsmasq = subprocess.Popen(
-            ["dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--user=root", "--pid-file=",
-             f"--port={dns_port}", "--listen-address=127.0.0.1", "--bind-interfaces",
-             "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}", "--log-queries"],
-            stdout=dns_log, stderr=subprocess.STDOUT)
+        dnsmasq = start_dnsmasq(hosts, dns_port, dns_log)
         stack.callback(dnsmasq.wait)
         stack.callback(dnsmasq.terminate)
         # One port for every server, free on any address (each server has its own).

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -36,7 +35,8 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from sandbox.client import SandboxClient, SandboxSessionLost  # noqa: E402
 from sandbox.ray.replica import addressed_to  # noqa: E402
-from ..conftest import REPO_ROOT, _free_port, assert_nothing_left, running_server  # noqa: E402
+from ..conftest import (REPO_ROOT, _free_port, assert_nothing_left, missing_haproxy_tools,  # noqa: E402
+                        running_server, start_dnsmasq)
 from ..verl_support import load_check_correctness  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.multinode]
@@ -100,26 +100,22 @@ def haproxy_in_front(deployed, tmp_path_factory):
     """deploy/haproxy/ray.cfg (Debian's HAProxy) in front of Serve's proxies, which it finds by
     DNS (dnsmasq: one A record here, every node's proxy shares the port on this machine).
     Yields (its URL, its stats page's URL)."""
-    missing = [tool for tool in ("haproxy", "dnsmasq") if shutil.which(tool) is None]
+    missing = missing_haproxy_tools()
     if missing:
         if os.environ.get("SANDBOX_TESTS_REQUIRE_HAPROXY") == "1":
-            pytest.fail(f"{missing} not installed")
-        pytest.skip(f"{missing} not installed (apt-get install haproxy dnsmasq-base)")
+            pytest.fail(missing)
+        pytest.skip(missing)
     log_dir = tmp_path_factory.mktemp("ray-haproxy")
     hosts = log_dir / "nodes.hosts"
     hosts.write_text("127.0.0.1 ray-nodes.test\n")
-    dns_port, port, stats_port = _free_udp_port(), _free_port(), _free_port()
+    dns_port, port, stats_port = _free_port(socket.SOCK_DGRAM), _free_port(), _free_port()
     env = {**os.environ, "SANDBOX_RAY_PROXIES": f"ray-nodes.test:{deployed.rsplit(':', 1)[1]}",
            "SANDBOX_NAMESERVER": f"127.0.0.1:{dns_port}", "SANDBOX_RAY_SLOTS": "4",
            "SANDBOX_PROXY_BIND": f"127.0.0.1:{port}",
            "SANDBOX_PROXY_STATS_BIND": f"127.0.0.1:{stats_port}",
            "SANDBOX_PROXY_SOCKET": str(log_dir / "admin.sock")}
     with open(log_dir / "dnsmasq.log", "wb") as dns_log, open(log_dir / "haproxy.log", "wb") as log:
-        dnsmasq = subprocess.Popen(
-            ["dnsmasq", "--no-daemon", "--conf-file=/dev/null", "--user=root", "--pid-file=",
-             f"--port={dns_port}", "--listen-address=127.0.0.1", "--bind-interfaces",
-             "--no-resolv", "--no-hosts", f"--addn-hosts={hosts}"],
-            stdout=dns_log, stderr=subprocess.STDOUT)
+        dnsmasq = start_dnsmasq(hosts, dns_port, dns_log)
         haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(REPO_ROOT / "deploy/haproxy/ray.cfg")],
                                    env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
@@ -134,12 +130,6 @@ def haproxy_in_front(deployed, tmp_path_factory):
             for process in (haproxy, dnsmasq):
                 process.terminate()
                 process.wait(timeout=30)
-
-
-def _free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _haproxy_backend(stats_url: str) -> dict:
