@@ -15,6 +15,7 @@ from pathlib import Path
 from .config import CONFIG_ENV, ENV_PREFIX, Settings, unknown_environment_settings
 from .engine.cgroups import CGROUP_ROOT
 from .images import GPU_IMAGE_SIZE
+from .local_run import remove_empty_state_dirs
 from .runtimes import RuntimeRegistry, RuntimeSpec, RuntimeSpecError
 
 OK, WARN, PROBLEM = "OK", "WARN", "PROBLEM"
@@ -257,6 +258,7 @@ class Doctor:
                     getattr(backend, "description", backend.name)
             finally:
                 await backend.close()
+                remove_empty_state_dirs(backend)
 
         started = time.monotonic()
         problem, label = asyncio.run(probe())

@@ -91,13 +91,13 @@ async def run_file(path: Path, settings: Settings, *, language: str | None, stdi
         result = await engine.run(job)
     finally:
         await backend.close()
-        _remove_empty_state_dirs(backend)
+        remove_empty_state_dirs(backend)
     return to_response(result, job, []), getattr(backend, "description", backend.name), language
 
 
-def _remove_empty_state_dirs(backend) -> None:
-    """The oci backend's per-instance folders, once empty: one-off runs should leave nothing.
-    (rmdir refuses a folder another `sandbox run` is still using.)"""
+def remove_empty_state_dirs(backend) -> None:
+    """The oci backend's per-instance folders, once empty: one-off runs (`sandbox run`, the
+    doctor's probe) should leave nothing. (rmdir refuses a folder another one is still using.)"""
     for folder in (getattr(backend, "run_dir", None), getattr(backend, "runtime_root", None)):
         if folder is not None:
             with contextlib.suppress(OSError):

@@ -94,8 +94,9 @@ def test_export_containers_left_by_a_killed_server_are_removed(docker_ready, tmp
 @pytest.mark.parametrize("run_dir_on_tmpfs", [False, True])
 def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, tmp_path,
                                                                  run_dir_on_tmpfs):
-    """On a disk filesystem a job's bundle (step folders, config.json) gets a small tmpfs of
-    its own; on a tmpfs it needs none. Either way nothing is left once the job is done, and a
+    """On a disk filesystem the instance's folder of bundles (step folders, config.json) gets
+    one tmpfs, mounted at start-up (where that mount fails, each bundle gets a small tmpfs of
+    its own); on a tmpfs it needs none. Either way nothing is left once the job is done, and a
     crashed server's nested mounts are swept at start-up."""
     import asyncio
     import subprocess
@@ -118,16 +119,22 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
         limits = Limits(compile_timeout_s=10, run_timeout_s=10, memory_mb=256, cpus=1.0, pids=64,
                         workdir_mb=16, output_bytes=1 << 16, fetch_bytes=0)
 
-        async def job() -> None:
-            await backend.remove_leftovers()
+        async def job(bundle_tmpfs: bool) -> None:
             async with backend.open("sandbox-python:1", limits) as box:
-                assert box.bundle_dir.is_mount() is not run_dir_on_tmpfs
+                assert box.bundle_dir.is_mount() is bundle_tmpfs
                 assert box.workdir.is_mount()
                 result = await box.execute(["python3", "-c", "print(6*7)"], b"", 10, 1 << 16)
                 assert result.stdout == b"42\n"
             assert not list(backend.run_dir.iterdir())
 
-        asyncio.run(job())
+        asyncio.run(backend.remove_leftovers())
+        assert backend.run_dir.is_mount() is not run_dir_on_tmpfs
+        assert backend.bundle_tmpfs is False
+        asyncio.run(job(bundle_tmpfs=False))
+        if not run_dir_on_tmpfs:  # a host where the instance's tmpfs could not be mounted
+            backend.bundle_tmpfs = True
+            asyncio.run(job(bundle_tmpfs=True))
+            backend.bundle_tmpfs = False
         stale = backend.run_dir / "deadbeef0000"
         stale.mkdir()
         _mount_tmpfs(stale, "size=1m")

@@ -48,13 +48,15 @@ from .bundle import bundle_config, template_config
 from .oci_live import LiveProcess
 from .oci_status import parse_status, read_status, wait_exit
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
-                   _umount_bundle, hybrid_cgroups)
+                   _umount, _umount_bundle, hybrid_cgroups)
 from .rootfs import INIT, RootfsStore
 from .warm import Template, Templates, TemplateSpec, WarmUnavailable
 
 log = logging.getLogger(__name__)
 
 BUNDLE_TMPFS_KB = 1024  # a job's step folders and config.json files (a few KB each)
+# Every bundle at once, when run_dir gets a tmpfs of its own: only the server writes there.
+RUN_DIR_TMPFS_MB = 128
 # What a GPU sandbox's hooks and mount points add to its own root (the ld.so cache, symlinks).
 GPU_ROOT_TMPFS_MB = 16
 BACKSTOP_GRACE_S = 3.0
@@ -80,6 +82,7 @@ class OciSandbox:
         self._cpu_time_s: float | None = None   # the last step's
         self._starved = False   # the last step was stopped by the backstop, starved
         self._running_cpu: CgroupCpu | None = None   # the CPU side of the step running now
+        self._spent_cgroups: list[JobCgroup] = []   # warm runs' cgroups, removed by close()
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -106,7 +109,14 @@ class OciSandbox:
         return self._facts
 
     async def close(self) -> None:
-        """The work directory and the bundle go (every step's container is gone by now)."""
+        """The work directory and the bundle go (every step's container is gone by now). Off
+        the event loop: under load an unmount waits for other mount namespaces' changes (the
+        sandboxes' own) and an RCU grace period."""
+        await asyncio.to_thread(self._remove_bundle)
+
+    def _remove_bundle(self) -> None:
+        for cgroup in self._spent_cgroups:
+            cgroup.remove()
         _umount_bundle(self.bundle_dir)
         shutil.rmtree(self.bundle_dir, ignore_errors=True)
 
@@ -219,7 +229,7 @@ class OciSandbox:
             self._running_cpu = None
             channel.close()
             run.cgroup.kill()
-            await asyncio.to_thread(cgroup.remove)
+            self._spent_cgroups.append(cgroup)  # close() removes it: one trip to a thread
 
     async def _execute_cold(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                             output_limit: int) -> StepResult:
@@ -440,9 +450,15 @@ class OciBackend:
         self.unshare_path = shutil.which("unshare") or "/usr/bin/unshare"
         self.hybrid_workaround = Path(runtime).name == "crun" and hybrid_cgroups()
         self.cgroup_parent = f"llm-sandbox-{instance}"
-        # Whether bundles get a tmpfs of their own (run_dir on a disk filesystem); known at
-        # the first sandbox, once run_dir exists.
+        # Whether each bundle gets a tmpfs of its own (run_dir on a disk filesystem, and no
+        # tmpfs of run_dir's own: _put_run_dir_on_tmpfs); known at the first sandbox.
         self.bundle_tmpfs: bool | None = None
+        self._mounted_run_dir = False
+        # Whether this backend swept the instance's folders at start-up (remove_leftovers):
+        # only then are they its to remove at the end. A second server of the instance may
+        # live in a mount namespace of its own, where the first one's tmpfs over run_dir is
+        # not seen: its rmdir there would detach that tmpfs from under the first.
+        self._swept = False
         self.rootfs = RootfsStore(state_dir / "rootfs", prebuilt=rootfs_dir)
         self.swap_accounting = _swap_accounting()
         # crun can load a filter compiled once; runc compiles linux.seccomp at every start.
@@ -570,7 +586,23 @@ class OciBackend:
                      for child in parent.iterdir() if child.is_dir()}:
             removed += remove_cgroup(f"/{self.cgroup_parent}/{name}")
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._put_run_dir_on_tmpfs()
+        self._swept = True
         return removed + self.rootfs.remove_stale_exports()
+
+    def _put_run_dir_on_tmpfs(self) -> None:
+        """One tmpfs for every bundle, mounted once, when run_dir is on a disk filesystem:
+        else each sandbox would need a tmpfs of its own for its bundle (a folder made and
+        removed per request costs more on a disk than a mount does), and under load each
+        unmount waits for the sandboxes' own mount namespace changes (~6% of the rate of
+        Python hello runs at 8 in flight)."""
+        if not _on_tmpfs(self.run_dir):
+            try:
+                _mount_tmpfs(self.run_dir, f"size={RUN_DIR_TMPFS_MB}m,mode=0755")
+                self._mounted_run_dir = True
+            except OSError as exc:
+                log.warning("%s; each sandbox's bundle gets a tmpfs of its own", exc)
+        self.bundle_tmpfs = not _on_tmpfs(self.run_dir)
 
     async def remove_leftovers(self) -> int:
         return await asyncio.to_thread(self._remove_leftovers)
@@ -595,7 +627,11 @@ class OciBackend:
         its parent cgroup in each hierarchy. rmdir only: each is empty once every sandbox is
         gone, and a folder still in use stays."""
         cgroups = [*CGROUP_ROOT.glob(f"*/{self.cgroup_parent}"), CGROUP_ROOT / self.cgroup_parent]
-        for folder in (self.run_dir, self.runtime_root, *cgroups):
+        if self._mounted_run_dir and not any(self.run_dir.iterdir()):
+            _umount(self.run_dir)
+            self._mounted_run_dir = False
+        ours = (self.run_dir,) if self._swept else ()
+        for folder in (*ours, self.runtime_root, *cgroups):
             with contextlib.suppress(OSError):
                 folder.rmdir()
 
