@@ -9,17 +9,21 @@ program: each child drops everything before it does. fd 4 is the server's contro
 (SOCK_SEQPACKET). The server first sends a JSON set-up message ({"modules": [...], "warmup":
 code}); we import the modules, run the warm-up once and answer "ready <modules imported>".
 Per run it sends a JSON message (with the run's seccomp filter, which carries its memory cap, as
-"seccomp": base64 BPF) with five descriptors:
+"seccomp": base64 BPF) with these descriptors:
 
-    the program's stdin, stdout, stderr; a socket to the server (the run's channel); and
-    the run's work directory as a detached mount (open_tree)
+    the program's stdin, stdout, stderr; a socket to the server (the run's channel); the
+    run's work directory as a detached mount (open_tree); and the `cgroup.procs` file of
+    each hierarchy of the run's cgroup, opened by the server
 
 and we make a new PID namespace whose PID 1 is `sandbox-init --reap-only` (spawned, cheap),
 then fork the child into it as PID 2 (one fork of this large process per run; a third
 process in between would cost another). The child:
 
-  1. says "joining" on the channel: the server reads its PID from the socket's credentials,
-     moves it into the run's cgroup (memory, CPU and pids limits) and answers one byte;
+  1. moves itself into the run's cgroup (memory, CPU and pids limits) by writing "0" to
+     those files (the kernel checks the server's rights, who opened them) and says "joined" on
+     the channel. Where the kernel refuses (before Linux 5.16 it checked the writer's rights,
+     and a cgroup v2 namespace boundary), it says "joining" instead: the server reads its PID
+     from the socket's credentials, moves it and answers one byte;
   2. unshares mount, network (its loopback up, as crun leaves it), IPC, UTS and cgroup
      namespaces; mounts a fresh /proc (masked as
      crun masks it), its own cgroup files, a fresh /tmp and /dev/shm, the work directory at
@@ -54,6 +58,7 @@ ZYGOTE = "/usr/local/lib/sandbox/python-zygote.py"
 INIT = "/usr/local/bin/sandbox-init"
 SANDBOX_UID = 65534
 MAX_FD = 1 << 20  # above any descriptor (fs.nr_open's default)
+MAX_FDS = 16  # a run's descriptors: five, and a cgroup.procs per hierarchy (four on cgroup v1)
 libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
@@ -182,7 +187,7 @@ class Template:
 
     def receive(self) -> bool:
         try:
-            message, ancillary, _, _ = self.control.recvmsg(1 << 16, socket.CMSG_SPACE(5 * 4))
+            message, ancillary, _, _ = self.control.recvmsg(1 << 16, socket.CMSG_SPACE(MAX_FDS * 4))
         except InterruptedError:
             return True
         except OSError:
@@ -195,7 +200,7 @@ class Template:
             os.set_inheritable(fd, False)
         if not message:
             return False
-        if len(fds) == 5:
+        if len(fds) >= 5:
             try:
                 self.start(json.loads(message), fds)
             except Exception as exc:  # noqa: BLE001 - this run fails; the template serves on
@@ -250,18 +255,21 @@ class Template:
     def child(self, request: dict, fds: list[int]) -> None:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        stdin, stdout, stderr, channel_fd, tree = fds
+        stdin, stdout, stderr, channel_fd, tree, *cgroup_procs = fds
         low = 3  # everything else the template holds (other runs' channels too) is closed
-        for kept in sorted({stdin, stdout, stderr, channel_fd, tree}):
+        for kept in sorted(set(fds)):
             if kept >= low:
                 os.closerange(low, kept)
                 low = kept + 1
         os.closerange(low, MAX_FD)
         channel = socket.socket(fileno=channel_fd)
         try:
-            channel.sendall(b"joining\n")  # the server reads our PID from the credentials
-            if channel.recv(1) != b"1":
-                os._exit(122)  # the server could not make the cgroup: it runs the request cold
+            if join_cgroup(cgroup_procs):
+                channel.sendall(b"joined\n")
+            else:
+                channel.sendall(b"joining\n")  # the server reads our PID from the credentials
+                if channel.recv(1) != b"1":
+                    os._exit(122)  # the server could not move us: it runs the request cold
             check(libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
                                | CLONE_NEWCGROUP), "unshare")
             loopback_up()  # as the runtime leaves a cold sandbox's: the only interface
@@ -367,6 +375,19 @@ def argv_area() -> tuple[int, int]:
     with open("/proc/self/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
     return int(fields[45]), int(fields[46])
+
+
+def join_cgroup(procs: list[int]) -> bool:
+    """Into the run's cgroup, through its cgroup.procs files (closed after): whether it went."""
+    try:
+        for fd in procs:
+            os.write(fd, b"0")
+        return bool(procs)
+    except OSError:
+        return False
+    finally:
+        for fd in procs:
+            os.close(fd)
 
 
 def loopback_up() -> None:

@@ -394,6 +394,19 @@ class JobCgroup:
                     folder.rmdir()
             raise
 
+    def open_procs(self) -> list[int]:
+        """The cgroup's ``cgroup.procs`` files, open for writing (close-on-exec): a process
+        given them moves itself in by writing "0" to each, with our rights (Linux >= 5.16)."""
+        fds: list[int] = []
+        try:
+            for folder in self.folders:
+                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
+
     def join(self, pid: int) -> None:
         """Move process ``pid`` (one thread, nothing forked yet) into the cgroup."""
         for folder in self.folders:

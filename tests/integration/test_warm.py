@@ -343,3 +343,59 @@ def _template_problems(log_dir: Path) -> list[str]:
     """What the server logged of each template that did not start."""
     return [line for log in log_dir.glob("server-*.log")
             for line in log.read_text(errors="replace").splitlines() if "no warm template" in line]
+
+
+def test_a_child_the_kernel_does_not_let_move_itself_is_moved_by_the_server(docker_ready,
+                                                                            monkeypatch):
+    """Before Linux 5.16 the kernel checked the rights of whoever writes to cgroup.procs, not
+    of whoever opened it: with cgroup v2 namespaces as delegation boundaries, a child's own
+    move is refused. It then asks, and the server moves it. The refusal here: the files are
+    handed open for reading only, so each write fails."""
+    import asyncio
+
+    from sandbox.config import Settings
+    from sandbox.engine.backends.select import choose_backend
+    from sandbox.engine.backends.warm import Template, TemplateSpec
+    from sandbox.engine.cgroups import JobCgroup
+    from sandbox.engine.models import Limits
+    from sandbox.runtimes import RuntimeRegistry
+
+    def read_only(cgroup: JobCgroup) -> list[int]:
+        return [os.open(folder / "cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
+                for folder in cgroup.folders]
+
+    monkeypatch.setattr(JobCgroup, "open_procs", read_only)
+    words = []
+    first_word = Template._first_word
+
+    async def heard(channel):
+        words.append(await first_word(channel))
+        return words[-1]
+
+    monkeypatch.setattr(Template, "_first_word", staticmethod(heard))
+    spec = RuntimeRegistry.load(REPO_ROOT / "runtimes").get("python")
+    backend = choose_backend(Settings(instance=f"pytest-move-{uuid.uuid4().hex[:8]}", backend="oci"))
+
+    async def runs() -> list:
+        try:
+            await backend.remove_leftovers()
+            await backend.templates.start(backend, {spec.image: TemplateSpec(
+                spec.template, spec.run, {"standard": spec.template_sets["standard"]}, {})})
+            results = []
+            for code, memory_mb in (("print('moved')", 256), ("x = [bytearray(1 << 20) for _ in range(300)]", 128)):
+                limits = Limits(compile_timeout_s=10, run_timeout_s=10, memory_mb=memory_mb,
+                                cpus=1.0, pids=64, workdir_mb=16, output_bytes=1 << 16,
+                                fetch_bytes=0)
+                async with backend.open(spec.image, limits) as box:
+                    await box.write_files({spec.source: code.encode()})
+                    results.append((await box.execute(spec.run, b"", 10, 1 << 16),
+                                    await box.memory_facts()))
+            return results
+        finally:
+            await backend.close()
+
+    (printed, _), (hog, hog_memory) = asyncio.run(runs())
+    assert printed.stdout == b"moved\n" and printed.exit_code == 0, printed
+    assert hog.exit_code == -9 and hog_memory.oom_kills, (hog, hog_memory)  # in its cgroup
+    assert backend.templates.runs == {"warm": 2, "cold": 0}
+    assert [word for word, _ in words] == [b"joining\n"] * 2, words

@@ -7,9 +7,13 @@ What the server does per warm run, in place of starting a container:
 - makes the run's cgroup itself (``cgroups.JobCgroup``: the limits crun would set);
 - hands the template the run's stdin, stdout and stderr pipes, a channel socket, and the
   work directory as a detached mount (``open_tree``), the same tmpfs a cold run gets;
-- reads the child's PID from the channel's credentials (the kernel translates it into ours),
-  moves it into the cgroup, and lets it go on: it makes its namespaces and mounts, drops to
-  uid 65534 without capabilities, loads the seccomp filter and runs the program;
+- hands it too the cgroup's ``cgroup.procs`` files, opened here: the child moves itself into
+  the cgroup before anything else (the kernel checks the opener's rights, ours), says
+  "joined", and goes on: it makes its namespaces and mounts, drops to uid 65534 without
+  capabilities, loads the seccomp filter and runs the program. A kernel that checks the
+  writer's rights instead (before 5.16, with cgroup v2 namespaces as delegation boundaries)
+  refuses that write: the child then says "joining" and waits, and we move it, its PID read
+  from the channel's credentials (the kernel translates it into ours);
 - then supervises the run as a cold one (``oci.OciSandbox._supervise``): the child's PID 1
   reports the status line sandbox-init would, on the channel.
 
@@ -300,6 +304,7 @@ class Template:
         try:
             try:
                 theirs_fds.append(open_tree_clone(workdir))
+                theirs_fds += cgroup.open_procs()
             except OSError as exc:
                 raise WarmUnavailable(str(exc)) from exc
             request = {"argv": list(argv), "tmp_mb": tmp_mb, "stack_bytes": stack_bytes,
@@ -317,9 +322,12 @@ class Template:
             theirs.detach()
         self.forks += 1
         try:
-            pid = await self._joining_pid(ours)
-            await asyncio.to_thread(cgroup.join, pid)
-            ours.send(b"1")
+            word, pid = await self._first_word(ours)
+            if word == b"joining\n" and pid:  # it could not move itself: we move it
+                await asyncio.to_thread(cgroup.join, pid)
+                ours.send(b"1")
+            elif word != b"joined\n":
+                raise WarmUnavailable(f"unexpected word from the child: {word[:80]!r}")
         except (OSError, asyncio.TimeoutError, WarmUnavailable) as exc:
             with contextlib.suppress(OSError):
                 ours.send(b"0")
@@ -333,8 +341,8 @@ class Template:
         return run, ours
 
     @staticmethod
-    async def _joining_pid(channel: socket.socket) -> int:
-        """The child's PID in our namespace, from the credentials of its first word."""
+    async def _first_word(channel: socket.socket) -> tuple[bytes, int | None]:
+        """The child's first line, and its PID in our namespace from the line's credentials."""
         deadline = time.monotonic() + JOIN_TIMEOUT_S
         data, pid = b"", None
         while not data.endswith(b"\n"):
@@ -349,9 +357,7 @@ class Template:
             for level, kind, payload in ancillary:
                 if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
                     pid = struct.unpack("iii", payload[:12])[0]
-        if data != b"joining\n" or not pid:
-            raise WarmUnavailable(f"unexpected word from the child: {data[:80]!r}")
-        return pid
+        return data, pid
 
 
 @dataclass(frozen=True)
