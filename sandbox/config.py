@@ -184,7 +184,10 @@ class Settings(BaseSettings):
                     "written by `sandbox images export-rootfs`. When set, roots come only from "
                     "here and Docker is never asked (server images and Kubernetes pods).")
     run_dir: Path = Field(Path("/run/llm-sandbox"),
-                          description="Per-request bundles and work directories (oci backend).")
+                          description="Per-request bundles and work directories (oci backend); "
+                                      "on a disk filesystem each instance's folder gets a 128 MB "
+                                      "tmpfs at start-up (memory only as used), in the server's "
+                                      "mount namespace.")
     max_concurrency: int = Field(
         default_factory=_default_concurrency, ge=1,
         description="Sandboxes open at once, at most; further requests wait in a queue. How "

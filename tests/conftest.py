@@ -71,6 +71,20 @@ def docker_ready() -> None:
         pytest.skip(problem)
 
 
+def server_run_dir(url: str) -> Path:
+    """The run folder (SANDBOX_RUN_DIR) as the server listening at ``url`` sees it: on a hybrid
+    cgroup host the server lives in a mount namespace of its own, where its instance's folder
+    is a tmpfs the host's view does not show."""
+    import psutil
+
+    from sandbox.config import Settings
+
+    port = int(url.rsplit(":", 1)[1])
+    pid = next(c.pid for c in psutil.net_connections("tcp")
+               if c.status == psutil.CONN_LISTEN and c.laddr.port == port and c.pid)
+    return Path(f"/proc/{pid}/root") / Settings().run_dir.relative_to("/")
+
+
 def _free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind((host, 0))

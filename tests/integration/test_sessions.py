@@ -271,7 +271,7 @@ def test_sessions_cannot_see_each_other(url):
 
 
 def test_a_deleted_session_leaves_nothing_behind(url):
-    from sandbox.config import Settings
+    from tests.conftest import server_run_dir
 
     session = create(url)["session_id"]
     # A duration no other test uses: only this session's sleeper matches below (another
@@ -280,7 +280,7 @@ def test_a_deleted_session_leaves_nothing_behind(url):
     box = call(url, session, f"import subprocess\nsubprocess.Popen(['sleep', '{marker}'])\n"
                              "open('x', 'w').write('x')")["sandbox_id"]
     # The instance's run folder (bundle, work directory, control folder) and runtime state.
-    instance_dirs = [p for p in Settings().run_dir.glob("pytest-*") if p.is_dir()]
+    instance_dirs = [p for p in server_run_dir(url).glob("pytest-*") if p.is_dir()]
     before = {p.name for d in instance_dirs for p in d.iterdir()}
     assert {box, f"{box}-1"} <= before
     assert requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204

@@ -127,7 +127,12 @@ def test_oci_bundles_live_in_a_tmpfs_when_the_run_dir_is_on_disk(docker_ready, t
                 assert result.stdout == b"42\n"
             assert not list(backend.run_dir.iterdir())
 
+        if not run_dir_on_tmpfs:  # the tmpfs a server that died in this mount namespace left
+            backend.run_dir.mkdir(parents=True)
+            _mount_tmpfs(backend.run_dir, "size=1m")
+            (backend.run_dir / "deadbeef1111").mkdir()
         asyncio.run(backend.remove_leftovers())
+        assert not list(backend.run_dir.iterdir())
         assert backend.run_dir.is_mount() is not run_dir_on_tmpfs
         assert backend.bundle_tmpfs is False
         asyncio.run(job(bundle_tmpfs=False))

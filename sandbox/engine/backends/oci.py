@@ -579,6 +579,8 @@ class OciBackend:
             for job in self.run_dir.iterdir():
                 _umount_bundle(job)
                 shutil.rmtree(job, ignore_errors=True)
+            if self.run_dir.is_mount():  # the tmpfs of a server that died in this namespace
+                _umount(self.run_dir)
         # The cgroups of warm runs (no runtime removes those; their processes went with their
         # template's container).
         parents = [*CGROUP_ROOT.glob(f"*/{self.cgroup_parent}"), CGROUP_ROOT / self.cgroup_parent]
