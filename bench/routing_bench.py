@@ -1,7 +1,8 @@
 """What each routing layer adds per request: Python hello through a server directly, through
 HAProxy in front of it (deploy/haproxy/haproxy.cfg, as shipped), through Ray Serve's proxy and
-through Ray's handle API (sandbox.ray), all up at once on this machine and measured in
-interleaved rounds, so that they share whatever else the machine is doing.
+through Ray's handle API (sandbox.ray: a handle call per request, and batches of 8 in one
+call), all up at once on this machine and measured in interleaved rounds, so that they share
+whatever else the machine is doing.
 
     .venv/bin/python bench/routing_bench.py [--rounds 3] [--requests 200]
 
@@ -154,6 +155,30 @@ def measure_handle(requests_n: int) -> tuple[float, float]:
     return asyncio.run(run())
 
 
+def measure_handle_batches(requests_n: int) -> tuple[float, float]:
+    """The handle API as a trainer calls it with a batch: ``run_code_batch``, 8 programs a
+    handle call (its default chunk), one call after another: 8 in flight, as the other paths."""
+    from sandbox.ray import Sandbox
+
+    async def run() -> tuple[float, float]:
+        sandbox = Sandbox(batch_chunk=8)
+
+        async def batch(size: int) -> None:
+            answers = await sandbox.run_code_batch([HELLO] * size)
+            assert all(a["run_result"]["stdout"] == "Hello\n" for a in answers), answers
+        latencies = []
+        for _ in range(max(20, requests_n // 4)):
+            started = time.perf_counter()
+            await batch(1)
+            latencies.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for _ in range(requests_n // 8):
+            await batch(8)
+        return statistics.median(latencies) * 1000, \
+            (requests_n // 8 * 8) / (time.perf_counter() - started)
+    return asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -167,7 +192,8 @@ def main() -> None:
         paths = {"direct": lambda n: measure_http(http_path(server.url), n),
                  "HAProxy": lambda n: measure_http(http_path(haproxy_url), n),
                  "Ray Serve proxy": lambda n: measure_http(http_path(ray_url), n),
-                 "Ray handle API": measure_handle}
+                 "Ray handle API": measure_handle,
+                 "Ray handle API, batches of 8": measure_handle_batches}
         for path in paths.values():
             path(16)  # warm-up: connections, templates, routers
         for round_ in range(args.rounds):
@@ -179,14 +205,14 @@ def main() -> None:
     direct_rate = statistics.median(r[1] for r in results["direct"])
     rows = []
     print(f"\nPython hello, {args.rounds} interleaved rounds, medians ({date.today()})")
-    print(f"{'path':<18} {'p50 at 1 (ms)':>14} {'added (ms)':>11} {'req/s at 8':>11} {'vs direct':>10}")
+    print(f"{'path':<30} {'p50 at 1 (ms)':>14} {'added (ms)':>11} {'req/s at 8':>11} {'vs direct':>10}")
     for name, runs in results.items():
         p50 = statistics.median(r[0] for r in runs)
         rate = statistics.median(r[1] for r in runs)
         rows.append({"path": name, "p50_ms": round(p50, 2), "added_ms": round(p50 - direct_p50, 2),
                      "rate": round(rate, 1), "rate_vs_direct": round(rate / direct_rate, 2),
                      "runs": runs})
-        print(f"{name:<18} {p50:>14.1f} {p50 - direct_p50:>+11.1f} {rate:>11.1f} "
+        print(f"{name:<30} {p50:>14.1f} {p50 - direct_p50:>+11.1f} {rate:>11.1f} "
               f"{rate / direct_rate:>9.2f}x")
     FIGURES.mkdir(exist_ok=True)
     (FIGURES / "routing.json").write_text(json.dumps(

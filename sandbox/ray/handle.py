@@ -26,14 +26,21 @@ from .replica import APP, DEPLOYMENT, SERVE_SESSION_HEADER
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 
 
+JSON = {"content-type": "application/json"}
+
+
 class Sandbox:
-    def __init__(self, app_name: str = APP, retries: int = 3) -> None:
+    def __init__(self, app_name: str = APP, retries: int = 3, batch_chunk: int = 8) -> None:
         # Calls travel over gRPC straight to the replica, not as Ray object references: about
         # half the caller's CPU per call and a third less in the replica (bench/routing_bench.py).
         self._handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name).options(
             _by_reference=False)
         self.retries = retries
         self.retried = 0
+        # A batch travels as handle calls of this many requests each, each call to the replica
+        # Serve's router picks: Ray's cost per call is paid once a chunk, and chunks still
+        # spread over the replicas. (Serve counts a chunk as one ongoing request.)
+        self.batch_chunk = max(1, batch_chunk)
 
     # Stateless: sent again elsewhere when the replica is lost or busy.
 
@@ -46,18 +53,54 @@ class Sandbox:
         return await self._stateless("/v1/evaluate", request)
 
     async def evaluate_batch(self, requests: list[dict]) -> list[dict]:
-        """Many evaluations at once, spread over the replicas; answers in the same order."""
-        return list(await asyncio.gather(*(self.evaluate(r) for r in requests)))
+        """Many evaluations at once, spread over the replicas in chunks of ``batch_chunk``;
+        answers in the same order."""
+        return await self._stateless_batch("/v1/evaluate", requests)
 
     async def run_code_batch(self, requests: list[dict]) -> list[dict]:
-        return list(await asyncio.gather(*(self.run_code(r) for r in requests)))
+        """Many programs at once (no session), as ``evaluate_batch``."""
+        return await self._stateless_batch("/run_code", requests)
+
+    async def _stateless_batch(self, path: str, requests: list[dict]) -> list[dict]:
+        bodies = [json.dumps(request).encode() for request in requests]
+        answers: list = [None] * len(bodies)
+        chunks = [range(start, min(start + self.batch_chunk, len(bodies)))
+                  for start in range(0, len(bodies), self.batch_chunk)]
+        await asyncio.gather(*(self._chunk(path, bodies, chunk, answers) for chunk in chunks))
+        return answers
+
+    async def _chunk(self, path: str, bodies: list[bytes], chunk: range, answers: list) -> None:
+        """One chunk of a batch in one handle call; what its replica was lost with, or refused
+        with a 504, is sent again as ``_stateless`` does."""
+        pending = list(chunk)
+        for attempt in range(self.retries + 1):
+            try:
+                replies = await self._handle.call_many.remote(
+                    [("POST", path, bodies[index], JSON) for index in pending])
+            except REPLICA_LOST as exc:
+                if attempt == self.retries:
+                    raise SandboxServerError(503, f"replica lost: {exc}", path) from exc
+                self.retried += len(pending)
+                continue
+            busy, wait_s = [], 0.0
+            for index, (status, headers, answer) in zip(pending, replies):
+                if status == 504 and attempt < self.retries:
+                    busy.append(index)
+                    wait_s = max(wait_s, parse_retry_after(headers.get("retry-after")) or 1.0)
+                else:
+                    answers[index] = _answer(status, answer, path)
+            if not busy:
+                return
+            self.retried += len(busy)
+            pending = busy
+            await asyncio.sleep(min(wait_s, 5.0))
+        raise AssertionError("unreachable")
 
     async def _stateless(self, path: str, request: dict) -> dict:
         body = json.dumps(request).encode()
         for attempt in range(self.retries + 1):
             try:
-                status, headers, answer = await self._handle.call.remote(
-                    "POST", path, body, {"content-type": "application/json"})
+                status, headers, answer = await self._handle.call.remote("POST", path, body, JSON)
             except REPLICA_LOST as exc:
                 if attempt == self.retries:
                     raise SandboxServerError(503, f"replica lost: {exc}", path) from exc
@@ -96,7 +139,7 @@ class Sandbox:
     async def _once(self, method: str, path: str, request: dict | None,
                     session_id: str | None) -> dict:
         handle = self._handle.options(session_id=session_id) if session_id else self._handle
-        headers = {"content-type": "application/json"}
+        headers = dict(JSON)
         if session_id:
             headers[SERVE_SESSION_HEADER] = session_id
         body = json.dumps(request).encode() if request is not None else None

@@ -88,6 +88,13 @@ class SandboxReplica:
         finally:
             await answer.aclose()
 
+    async def call_many(self, calls: list[tuple[str, str, bytes | None, dict | None]]
+                        ) -> list[tuple[int, dict[str, str], bytes]]:
+        """Several requests in one handle call, run at once (the handle API's batches): Ray's
+        own cost per call, ~2 ms of CPU between caller and replica, paid once for them all."""
+        return list(await asyncio.gather(*(self.call(method, path, body, headers)
+                                           for method, path, body, headers in calls)))
+
     async def stream(self, method: str, path: str, body: bytes | None, headers: dict,
                      params: dict) -> AsyncIterator:
         """One request through this replica's app, in process, answered as it is made: first

@@ -33,7 +33,7 @@ except ImportError as missing:  # CI installs it ('.[test]'): there a missing Ra
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from sandbox.client import SandboxClient, SandboxSessionLost  # noqa: E402
+from sandbox.client import SandboxClient, SandboxRequestRejected, SandboxSessionLost  # noqa: E402
 from sandbox.ray.replica import addressed_to  # noqa: E402
 from ..conftest import (REPO_ROOT, _free_port, assert_nothing_left, missing_haproxy_tools,  # noqa: E402
                         running_server, start_dnsmasq)
@@ -367,6 +367,14 @@ def test_handle_api_evaluates_a_batch_and_keeps_sessions(deployed):
                  for i in range(8)]
         results = await sandbox.evaluate_batch(batch)
         assert [r["accepted"] for r in results] == [bool(i % 2) for i in range(8)]
+        # A batch travels in chunks (handle calls of batch_chunk requests): 3 + 3 + 2 here.
+        chunked = Sandbox(batch_chunk=3)
+        ran = await chunked.run_code_batch([{"language": "python", "code": f"print({i} * 2)"}
+                                            for i in range(8)])
+        assert [r["run_result"]["stdout"] for r in ran] == [f"{i * 2}\n" for i in range(8)]
+        with pytest.raises(SandboxRequestRejected):  # a refused request fails its batch
+            await chunked.run_code_batch([{"language": "python", "code": "print(1)"},
+                                          {"language": "cobol", "code": "x"}])
         made = await sandbox.create_session({"language": "python"})
         for n in range(1, 4):
             ran = await sandbox.run_in_session(made["session_id"], {"language": "python",
@@ -435,6 +443,10 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
                 calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
                                            "code": f"import time\ntime.sleep(3)\nprint({i})"})
                          for i in range(24)]
+                # And a batch, in chunks of 2: a chunk whose replica dies is sent again whole.
+                calls.append(Sandbox(batch_chunk=2).run_code_batch(
+                    [{"language": "python", "run_timeout": 20,
+                      "code": f"import time\ntime.sleep(3)\nprint({i})"} for i in range(24, 36)]))
                 loop = asyncio.get_running_loop()
                 with ThreadPoolExecutor(32) as threads:  # every call at once, and the killer
                     http_calls = [loop.run_in_executor(threads, over_http, i) for i in range(8)]
@@ -446,7 +458,8 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
                             await asyncio.gather(*proxied))
 
             results, retried, http_answers, proxied_answers = asyncio.run(load())
-            assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(24)]
+            results = results[:24] + results[24]
+            assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(36)]
             assert retried > 0  # the calls in flight on the dead node were sent again
             # Through HAProxy (deploy/haproxy/ray.cfg) every call answers right: those that ran
             # on the dead node were sent again, which HAProxy counted.
