@@ -116,7 +116,10 @@ class OciSandbox:
 
     def _remove_bundle(self) -> None:
         for cgroup in self._spent_cgroups:
-            cgroup.remove()
+            try:
+                cgroup.remove()
+            except OSError as exc:  # the bundle goes all the same; a start-up sweep retries
+                log.warning("cannot remove a warm run's cgroup %s: %s", cgroup.path, exc)
         _umount_bundle(self.bundle_dir)
         shutil.rmtree(self.bundle_dir, ignore_errors=True)
 
