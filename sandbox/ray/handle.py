@@ -70,8 +70,8 @@ class Sandbox:
         return answers
 
     async def _chunk(self, path: str, bodies: list[bytes], chunk: range, answers: list) -> None:
-        """One chunk of a batch in one handle call; what its replica was lost with, or refused
-        with a 504, is sent again as ``_stateless`` does."""
+        """One chunk of a batch (or a lone stateless call) in one handle call; what its replica
+        was lost with, or refused with a 504, is sent again after the 504's Retry-After."""
         pending = list(chunk)
         for attempt in range(self.retries + 1):
             try:
@@ -97,21 +97,7 @@ class Sandbox:
         raise AssertionError("unreachable")
 
     async def _stateless(self, path: str, request: dict) -> dict:
-        body = json.dumps(request).encode()
-        for attempt in range(self.retries + 1):
-            try:
-                status, headers, answer = await self._handle.call.remote("POST", path, body, JSON)
-            except REPLICA_LOST as exc:
-                if attempt == self.retries:
-                    raise SandboxServerError(503, f"replica lost: {exc}", path) from exc
-                self.retried += 1
-                continue
-            if status == 504 and attempt < self.retries:
-                self.retried += 1
-                await asyncio.sleep(min(parse_retry_after(headers.get("retry-after")) or 1.0, 5.0))
-                continue
-            return _answer(status, answer, path)
-        raise AssertionError("unreachable")
+        return (await self._stateless_batch(path, [request]))[0]
 
     # Sessions: each call reaches the replica that holds the session, or says it was lost.
 

@@ -607,7 +607,9 @@ class OciBackend:
                 self._mounted_run_dir = True
             except OSError as exc:
                 log.warning("%s; each sandbox's bundle gets a tmpfs of its own", exc)
-        self.bundle_tmpfs = not _on_tmpfs(self.run_dir)
+                self.bundle_tmpfs = True
+                return
+        self.bundle_tmpfs = False
 
     async def remove_leftovers(self) -> int:
         return await asyncio.to_thread(self._remove_leftovers)
