@@ -405,6 +405,7 @@ def kill(pid: int) -> None:
 
 def main() -> None:
     template = Template()
+    template.zygote.RECURSION.remember()  # from a call of our top level, as it must be
     template.setup()
     template.serve()
 

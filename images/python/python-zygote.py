@@ -13,6 +13,7 @@ already loaded are imported here.
 
 import _signal
 import _socket
+import _frozen_importlib_external  # importlib.machinery's loaders, loaded at start-up
 import array
 import builtins
 import ctypes
@@ -60,14 +61,74 @@ def fresh_stdio() -> None:
     sys.stderr = sys.__stderr__ = reopen(2, sys.__stderr__, "w")
 
 
+class RecursionLevel:
+    """A forked script starts deep in this process's frames, and CPython counts them against
+    its recursion limit: a program would hit RecursionError ~10 frames sooner than `python3
+    script` does, and an endless recursion's traceback would say "[Previous line repeated 987
+    more times]" instead of 996. CPython has no call to reset a thread's depth, so we give the
+    frames back in its thread state's counters of the frames (and C calls) it may still make:
+    `py_recursion_remaining`, beside `py_recursion_limit`, then `c_recursion_remaining`
+    (CPython 3.12-3.13). They are found by value and checked one frame deeper; where this
+    Python keeps them otherwise, nothing is touched and only the depth differs.
+    ``remember()`` must be called from a function the main script's top level called: there
+    the C counter has what a script starts with."""
+
+    WORDS = 32  # ints of PyThreadState looked at: the counters are within its first 64 bytes
+    # exec()'d as the script will be: what the counters are one call below its top level.
+    PROBE = compile("seen.append(read())", "<recursion level>", "exec")
+
+    def __init__(self) -> None:
+        self.index: int | None = None
+        self.c_top: int | None = None
+        state = ctypes.pythonapi.PyThreadState_Get
+        state.restype = ctypes.c_void_p
+        self._state = state
+
+    def _ints(self):
+        return (ctypes.c_int * self.WORDS).from_address(self._state())
+
+    def remember(self) -> None:
+        limit, here = sys.getrecursionlimit(), 0
+        frame = sys._getframe()
+        while frame is not None:
+            here, frame = here + 1, frame.f_back
+        ints = self._ints()
+        now = ints[:]
+        deeper = (lambda: ints[:])()
+        found = [i for i in range(self.WORDS - 2) if now[i + 1] == limit
+                 and now[i] == limit - here and deeper[i] == limit - here - 1]
+        if len(found) != 1:
+            return
+        self.index = found[0]
+        index, seen = self.index, []
+        exec(self.PROBE, {"seen": seen, "read": lambda: ints[index + 2]})
+        if seen[0] < now[index + 2]:  # exec() went through C calls: it is the C counter
+            self.c_top = now[index + 2]
+
+    def level(self, code, namespace: dict) -> None:
+        """exec(code, namespace) at the depth `python3 script` runs a script's code."""
+        if self.index is not None:
+            ints, index, seen = self._ints(), self.index, []
+            exec(self.PROBE, {"seen": seen, "read": lambda: (ints[index], ints[index + 2])})
+            py, c = seen[0]
+            ints[index] += (sys.getrecursionlimit() - 2) - py
+            if self.c_top is not None:
+                ints[index + 2] += self.c_top - c
+        exec(code, namespace)  # from this frame, as the probe
+
+
+RECURSION = RecursionLevel()
+
+
 def run_script(script: str) -> int:
     """What `python3 script` does with the script: run it as a fresh __main__ module."""
     with open(script, "rb") as source:
         code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
     main = types.ModuleType("__main__")
     main.__file__, main.__cached__, main.__builtins__ = script, None, builtins
+    main.__loader__ = _frozen_importlib_external.SourceFileLoader("__main__", script)
     sys.modules["__main__"] = main
-    exec(code, main.__dict__)
+    RECURSION.level(code, main.__dict__)
     return 0
 
 
@@ -129,6 +190,7 @@ def receive(control) -> tuple[bytes, list[int]]:
 
 
 def main() -> None:
+    RECURSION.remember()
     for sig in CATCHABLE:
         _signal.signal(sig, _signal.SIG_IGN)
     control = _socket.socket(fileno=3)

@@ -292,6 +292,11 @@ def test_python_tests_run_like_python3(evaluate):
     crash = evaluate("def g():\n    return 1 / 0\ng()", "python", [{}])["tests"][0]
     assert crash["stderr"].startswith("Traceback (most recent call last):\n  File \"/sandbox/main.py\"")
     assert "ZeroDivisionError" in crash["stderr"] and "zygote" not in crash["stderr"]
+    # As deep as python3 script recurses: the zygote's own frames are not counted against it.
+    depth = ("n = 0\ndef f():\n    global n\n    n += 1\n    f()\ntry:\n    f()\n"
+             "except RecursionError:\n    print(n)\ndef g():\n    g()\ng()")
+    deep = evaluate(depth, "python", [{"expected_output": "999"}])["tests"][0]
+    assert deep["stdout"] == "999\n" and "[Previous line repeated 996 more times]" in deep["stderr"]
 
 
 # n MiB, a MiB at a time (one mapping larger than the cap would end at the call, before

@@ -98,6 +98,8 @@ def _comparable(result: dict) -> dict:
 SEMANTICS = {
     "identity": "import os, sys\nprint(__name__, __file__, sys.argv, sys.path[0], os.getcwd())\n"
                 "print(os.getpid(), os.getuid(), os.getgid(), os.getgroups())",
+    "main_module": "import __main__\nprint(type(__main__.__loader__).__name__, __main__.__loader__.name,"
+                   " __main__.__spec__, __package__, __doc__, __cached__)",
     "traceback": "def f():\n    raise ValueError('boom')\nprint('before')\nf()",
     "syntax_error": "print('x'\n",
     "exit_code": "import sys\nprint('bye')\nsys.exit(3)",
@@ -117,6 +119,14 @@ SEMANTICS = {
               "t.start()\nprint('main done')",
     "subprocess": "import subprocess\nprint(subprocess.run(['echo', 'child'], capture_output=True,"
                   " text=True).stdout, end='')",
+    # The template's frames beneath the program do not count against its recursion limit.
+    "endless_recursion": "def f():\n    f()\nf()",
+    "recursion_depth": "import sys\nn = 0\ndef f():\n    global n\n    n += 1\n    f()\n"
+                       "for limit in (1000, 60):\n    sys.setrecursionlimit(limit)\n    n = 0\n"
+                       "    try:\n        f()\n    except RecursionError:\n        print(limit, n)",
+    "c_recursion_depth": "import json\ny = []\nfor i in range(20000):\n    y = [y]\n    try:\n"
+                         "        json.dumps(y)\n    except RecursionError:\n        print(i)\n"
+                         "        break",
     "deep_recursion": "import sys\nsys.setrecursionlimit(200000)\n"
                       "def d(n):\n    return 0 if n == 0 else 1 + d(n - 1)\nprint(d(100000))",
     "warnings": "import warnings\nwarnings.warn('careful')\nprint('after')",
