@@ -211,6 +211,14 @@ def test_memory_counts_what_the_run_uses_not_the_template(warm):
     assert big["memory_peak_MB"] >= 40, big
 
 
+def test_the_templates_objects_are_immortal_in_a_run(warm, cold):
+    # A run that uses the template's objects does not write their reference counts (and so
+    # does not copy their pages); a cold run's are ordinary counts.
+    code = "import sys, json\nprint(sys.getrefcount(json.dumps), sys.getrefcount(json))"
+    assert _run(warm, code)["run_result"]["stdout"] == "4294967295 4294967295\n"
+    assert all(int(n) < 1000 for n in _run(cold, code)["run_result"]["stdout"].split())
+
+
 def test_the_memory_cap_and_oom_verdict_hold(warm, cold):
     code = "import numpy\nblocks = [numpy.ones(1 << 20) for _ in range(64)]\nprint('survived')"
     for url in (warm, cold):
