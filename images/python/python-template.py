@@ -38,7 +38,13 @@ stime_us") and kill its PID 1, which ends everything left in the namespace; so d
 backstop deadline, and so does the template's own end (its container's).
 """
 
-import base64
+import sys
+
+# What `python3 script` has imported before the script's first line: a file of the script's
+# folder cannot stand in for these, cold or warm (the rest: see Template.setup).
+AT_STARTUP = frozenset(name.split(".")[0] for name in sys.modules)
+
+import base64  # noqa: E402 - after AT_STARTUP, which must not count our own imports
 import ctypes
 import errno
 import fcntl
@@ -51,7 +57,6 @@ import select
 import signal
 import socket
 import struct
-import sys
 import time
 
 ZYGOTE = "/usr/local/lib/sandbox/python-zygote.py"
@@ -170,7 +175,10 @@ class Template:
         gc.collect()
         immortalize()
         gc.freeze()
-        self.control.send(f"ready {' '.join(self.loaded)}".encode())
+        # A module the program imports from its own folder (json.py beside main.py) would be
+        # this template's instead: the server runs such a program cold. Line two names them.
+        shadowed = sorted({name.split(".")[0] for name in sys.modules} - AT_STARTUP)
+        self.control.send(f"ready {' '.join(self.loaded)}\n{' '.join(shadowed)}".encode())
 
     def serve(self) -> None:
         while True:

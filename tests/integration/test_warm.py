@@ -196,6 +196,25 @@ def test_a_cold_server_starts_every_run_cold(cold):
     assert _starts(cold).get("warm", 0) == 0 and _starts(cold)["cold"] >= 1
 
 
+def test_a_module_beside_main_named_like_a_preloaded_one_is_what_the_program_imports(warm, cold):
+    # Cold, `import json` finds json.py in the program's folder first; the template imported
+    # the standard library's json already, so such a run starts cold.
+    import base64
+    files = {"json.py": base64.b64encode(b"x = 1").decode(),
+             "helper.py": base64.b64encode(b"y = 2").decode()}
+    code = "import json, helper\nprint(json.__file__, json.x, helper.y)"
+    before = _starts(warm)
+    warm_run, cold_run = _run(warm, code, files=files), _run(cold, code, files=files)
+    assert warm_run["run_result"]["stdout"] == "/sandbox/json.py 1 2\n", warm_run
+    assert _comparable(warm_run) == _comparable(cold_run)
+    assert _starts(warm)["cold"] == before.get("cold", 0) + 1
+    # A module of its own that stands in for nothing preloaded: the run still forks.
+    before = _starts(warm)
+    helper_only = {"helper.py": files["helper.py"]}
+    assert _run(warm, "import helper\nprint(helper.y)", files=helper_only)["run_result"]["stdout"] == "2\n"
+    assert _starts(warm)["warm"] == before["warm"] + 1
+
+
 def test_random_streams_differ_between_runs(warm):
     code = "import random, numpy\nprint(random.random(), numpy.random.rand(), numpy.random.default_rng().random())"
     outputs = [_run(warm, code)["run_result"]["stdout"] for _ in range(3)]

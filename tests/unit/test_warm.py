@@ -43,6 +43,17 @@ def test_a_set_that_is_not_ready_sends_its_programs_to_a_larger_one_or_cold():
     assert templates.choose(b"import numpy") is None
 
 
+def test_a_program_with_its_own_module_named_like_a_preloaded_one_starts_cold_or_larger():
+    templates = _templates()
+    for template in templates.templates:
+        template.shadowed = frozenset(template.modules) | {"json"}
+    assert templates.choose(b"import json", {"json", "main"}) is None  # json.py beside main.py
+    assert templates.choose(b"import helper", {"helper", "main"}).name == "standard"
+    # numpy.py shadows nothing the standard set imported: a program not naming numpy forks.
+    assert templates.choose(b"import x", {"numpy"}).name == "standard"
+    assert templates.choose(b"import numpy", {"numpy"}) is None
+
+
 def test_a_template_container_is_root_with_only_what_making_sandboxes_takes():
     limits = Limits(compile_timeout_s=1, run_timeout_s=1, memory_mb=512, cpus=1, pids=64,
                     workdir_mb=8, output_bytes=1024, fetch_bytes=1024)

@@ -142,6 +142,9 @@ class Template:
         self.run_argv = list(run_argv)
         self.ready = False
         self.preloaded: list[str] = []
+        # Top-level modules the template imported that `python3 main.py` has not at start-up:
+        # a program's own file or folder of such a name (json.py) is what it imports cold.
+        self.shadowed: frozenset[str] = frozenset()
         self.problem = "starting"
         self._control: socket.socket | None = None
         self._status: socket.socket | None = None
@@ -190,7 +193,9 @@ class Template:
                             f"{self.diagnostics.getvalue().decode(errors='replace')[-500:]}")
             await self.stop()
             return
-        self.preloaded = answer.split()[1:]
+        loaded, _, shadowed = answer.partition("\n")
+        self.preloaded = loaded.split()[1:]
+        self.shadowed = frozenset(shadowed.split())
         self.ready, self.problem = True, ""
         self._watcher = asyncio.create_task(self._watch())
         log.info("warm template %s for %s ready (%d modules preloaded)", self.name, self.image,
@@ -383,12 +388,14 @@ class ImageTemplates:
         tops = sorted({m.split(".")[0] for t in templates for m in t.modules})
         self._named = re.compile(r"\b(" + "|".join(map(re.escape, tops)) + r")\b") if tops else None
 
-    def choose(self, source: bytes) -> Template | None:
-        """The smallest ready template holding every module the program names; None: the
-        run starts cold."""
+    def choose(self, source: bytes, own_modules: set[str] | frozenset[str] = frozenset()
+               ) -> Template | None:
+        """The smallest ready template holding every module the program names and none it
+        would import from its own folder (``own_modules``); None: the run starts cold."""
         named = set(self._named.findall(source.decode(errors="replace"))) if self._named else set()
         for template, modules in zip(self.templates, self.modules):
-            if template.ready and named <= {m.split(".")[0] for m in modules}:
+            if (template.ready and named <= {m.split(".")[0] for m in modules}
+                    and not own_modules & template.shadowed):
                 return template
         return None
 
@@ -409,9 +416,10 @@ class Templates:
         try:
             with open(workdir / argv[-1], "rb") as source:
                 code = source.read(MAX_SCANNED_BYTES)
+            own = {name.partition(".")[0] for name in os.listdir(workdir)}
         except OSError:
             return None
-        return templates.choose(code)
+        return templates.choose(code, own)
 
     async def start(self, backend: "OciBackend", wanted: dict[str, "TemplateSpec"]) -> None:
         for image, spec in wanted.items():
