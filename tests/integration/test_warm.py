@@ -135,6 +135,7 @@ SEMANTICS = {
     "numpy_blas": "import numpy as np\na = np.ones((200, 200))\nprint((a @ a).sum())",
     "sympy": "import sympy as sp\nx = sp.symbols('x')\nprint(sp.solve(x**2 - 5*x + 6, x))",
     "pandas": "import pandas as pd\nprint(pd.DataFrame({'a': [1, 2, 3]}).describe())",
+    "sympy_dummy": "import sympy\nprint(sympy.Dummy(), sympy.Dummy('n'))",  # numbered as cold
     "monkeypatch": "import math\nmath.pi = 3\nprint(math.pi)",
     "limits": "import resource\nprint(resource.getrlimit(resource.RLIMIT_STACK),"
               " resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrlimit(resource.RLIMIT_CORE))",
