@@ -79,6 +79,10 @@ class RuntimeSpec(BaseModel):
     zygote: tuple[str, ...] | None = Field(
         None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
                           "(it gets the run argv after argv[0]); none: each test is exec'd.")
+    zygote_imports: tuple[str, ...] = Field(
+        (), description="Top-level modules the zygote has imported that a fresh interpreter "
+                        "has not: a test whose files name one (types.py) is exec'd instead, so "
+                        "that it imports its own, as the interpreter would.")
     zygote_start_s: float = Field(
         0.0, ge=0, description="What starting the zygote adds to a sandbox's first test (s): "
                                "/v1/evaluate spreads tests over more sandboxes only when that "

@@ -299,6 +299,33 @@ def test_python_tests_run_like_python3(evaluate):
     assert deep["stdout"] == "999\n" and "[Previous line repeated 996 more times]" in deep["stderr"]
 
 
+def test_a_python_test_with_its_own_module_named_like_one_the_zygote_imported_imports_its_own(evaluate):
+    # python3 main.py finds types.py in main.py's folder first; the zygote imported the
+    # standard library's types already, so such a test is exec'd instead of forked.
+    import base64
+    files = {"types.py": base64.b64encode(b"X = 1").decode()}
+    result = evaluate("import types\nprint(types.X)", "python", [{"expected_output": "1"}],
+                      files=files)
+    assert result["accepted"] is True, result["tests"][0]
+
+
+def test_the_zygote_imports_the_python_runtime_lists_are_the_images(docker_ready):
+    import docker
+
+    from sandbox.config import REPO_ROOT
+    from sandbox.runtimes import RuntimeRegistry
+    spec = RuntimeRegistry.load(REPO_ROOT / "runtimes").get("python")
+    # The zygote's module code run as a module (not __main__: it does not serve), by builtins
+    # alone: nothing else is imported meanwhile.
+    code = ("import sys\n"
+            "fresh = {n.split('.')[0] for n in sys.modules}\n"
+            "exec(compile(open(sys.argv[1]).read(), sys.argv[1], 'exec'), {'__name__': 'zygote'})\n"
+            "print(' '.join(sorted({n.split('.')[0] for n in sys.modules} - fresh)))")
+    output = docker.from_env().containers.run(spec.image, ["python3", "-c", code, spec.zygote[1]],
+                                              remove=True, network_disabled=True)
+    assert sorted(output.decode().split()) == sorted(spec.zygote_imports)
+
+
 # n MiB, a MiB at a time (one mapping larger than the cap would end at the call, before
 # the test filled its cap: seccomp.with_memory_cap)
 ALLOCATE_PY = "n = int(input())\nx = [b'x' * (1 << 20) for _ in range(n)]\nprint(n)"
