@@ -7,7 +7,8 @@ namespaces and mounts (SYS_ADMIN, SETUID, SETGID, SETPCAP; NET_ADMIN to bring a 
 up; KILL to end a run's PID 1, which runs as the sandbox's user) and no network. It never runs a
 program: each child drops everything before it does. fd 4 is the server's control socket
 (SOCK_SEQPACKET). The server first sends a JSON set-up message ({"modules": [...], "warmup":
-code}); we import the modules, run the warm-up once and answer "ready <modules imported>".
+code}); we import the modules, run the warm-up once and answer "ready <modules imported>",
+then on a second line the modules a file beside a program could no longer stand in for.
 Per run it sends a JSON message (with the run's seccomp filter, which carries its memory cap, as
 "seccomp": base64 BPF) with these descriptors:
 
@@ -169,10 +170,10 @@ class Template:
                 exec(compile(message["warmup"], "<template warm-up>", "exec"), {"__name__": "__warmup__"})
             except Exception as exc:  # noqa: BLE001 - only slower runs follow
                 print(f"template: warm-up failed: {exc!r}", file=sys.stderr)
+        warm_tracebacks()
         # What the template holds (the preloaded modules' objects) stays shared with every
         # child: a child does not write its reference counts, and its collector does not walk
         # it, so neither copies its pages.
-        warm_tracebacks()
         gc.collect()
         immortalize()
         gc.freeze()
