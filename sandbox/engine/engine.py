@@ -23,6 +23,7 @@ from .backends.base import Backend, BackendError
 from .compile_cache import CachedCompile, CompileCache, compile_key
 from .deadline import FairDeadline
 from .models import Job, JobResult, Limits, StepResult, StepStatus, ended_out_of_memory
+from .paths import top_level_names
 from .runner_protocol import TestRun
 
 log = logging.getLogger(__name__)
@@ -393,17 +394,10 @@ class PreparedProgram:
         # A warmed interpreter stands in for the runtime's own one (same argv[0]), unless the
         # test has a module of its own named like one the zygote imported already.
         zygote = spec.zygote if spec.zygote and argv[0] == spec.run[0] else ()
-        if zygote and spec.zygote_imports and _module_names(self.job.files, files or {}) \
+        if zygote and spec.zygote_imports and top_level_names([*self.job.files, *(files or ())]) \
                 & set(spec.zygote_imports):
             zygote = ()
         return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes, cpu=cpu)
-
-
-def _module_names(*file_sets: dict[str, bytes]) -> set[str]:
-    """The module names a program's files could be imported as from its folder: each path's
-    first part, up to its first dot (types.py, a package folder)."""
-    return {path.lstrip("./").split("/", 1)[0].split(".", 1)[0]
-            for files in file_sets for path in files}
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

@@ -70,6 +70,12 @@ def confine(path: str) -> str:
     return normal
 
 
+def top_level_names(paths) -> set[str]:
+    """What a program could import these work-directory paths as, from its own folder: each
+    path's first part up to its first dot (types.py -> types; a package folder by its name)."""
+    return {path.split("/", 1)[0].split(".", 1)[0] for path in paths}
+
+
 def check_no_overlap(paths: list[str], reserved: str) -> None:
     """Refuse file sets that cannot all exist: a name used as both file and directory, or the
     source file ``reserved`` ("": the code writes no file of its own)."""

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..cgroups import JobCgroup, remove_cgroup
 from ..models import Limits
 from ..output import CappedBuffer
+from ..paths import top_level_names
 from ..spawn import pipe_reader, pipe_writer
 from .base import BackendError
 from .oci_status import read_status, wait_exit
@@ -416,7 +417,7 @@ class Templates:
         try:
             with open(workdir / argv[-1], "rb") as source:
                 code = source.read(MAX_SCANNED_BYTES)
-            own = {name.partition(".")[0] for name in os.listdir(workdir)}
+            own = top_level_names(os.listdir(workdir))
         except OSError:
             return None
         return templates.choose(code, own)
