@@ -383,10 +383,10 @@ class ImageTemplates:
     def __init__(self, templates: list[Template], run_argv: Sequence[str]) -> None:
         self.templates = templates
         self.run_argv = list(run_argv)
-        self.modules = [set(t.modules) for t in templates]
-        # A program names a module when its top-level package appears as a word: cheap, and
-        # wrong only towards a larger template than it needs.
-        tops = sorted({m.split(".")[0] for t in templates for m in t.modules})
+        # Each template's top-level packages; a program names a module when its top-level
+        # package appears as a word: cheap, and wrong only towards a larger template than it needs.
+        self._tops = [top_level_names(t.modules) for t in templates]
+        tops = sorted(set().union(*self._tops))
         self._named = re.compile(r"\b(" + "|".join(map(re.escape, tops)) + r")\b") if tops else None
 
     def choose(self, source: bytes, own_modules: set[str] | frozenset[str] = frozenset()
@@ -394,9 +394,8 @@ class ImageTemplates:
         """The smallest ready template holding every module the program names and none it
         would import from its own folder (``own_modules``); None: the run starts cold."""
         named = set(self._named.findall(source.decode(errors="replace"))) if self._named else set()
-        for template, modules in zip(self.templates, self.modules):
-            if (template.ready and named <= {m.split(".")[0] for m in modules}
-                    and not own_modules & template.shadowed):
+        for template, tops in zip(self.templates, self._tops):
+            if template.ready and named <= tops and not own_modules & template.shadowed:
                 return template
         return None
 
