@@ -271,6 +271,8 @@ class CgroupCpu:
         self._folder: Path | None = None  # found once the runtime has made the cgroup
         self._v1_usage: str | None = None
         self._threads = "cgroup.threads"
+        self._waited_ns: dict[int, int] = {}  # each live thread's wait, at the last look
+        self._ended_waited_ns = 0             # the waits of threads ended since
 
     def _find(self) -> Path | None:
         if self._folder is None:
@@ -296,17 +298,22 @@ class CgroupCpu:
         return None if value is None else value / 1e6
 
     def waited_s(self) -> float:
-        """Seconds the cgroup's live threads (its children's too) spent runnable but waiting for
-        a CPU, summed: a thread that ended no longer counts. A sum over threads can exceed the
-        wall time; ``FairDeadline`` only ever uses it to give a program more time."""
+        """Seconds the cgroup's threads (its children's too) spent runnable but waiting for a
+        CPU, summed; a thread that has ended counts with its wait when last seen (a starved
+        program that is exiting must not lose its waits: it would look as if it had had its
+        time). A sum over threads can exceed the wall time; ``FairDeadline`` only ever uses it
+        to give a program more time."""
         folder = self._find()
         if folder is None:
             return 0.0
-        total = 0
+        before, now = self._waited_ns, {}
         for folder in (folder, *folder.glob("*/")):
-            for tid in (_read(folder / self._threads) or b"").split():
-                total += schedstat_waited_ns(int(tid))
-        return total / 1e9
+            for tid in map(int, (_read(folder / self._threads) or b"").split()):
+                # 0 when it ended since the listing: keep its last value
+                now[tid] = max(schedstat_waited_ns(tid), before.get(tid, 0))
+        self._ended_waited_ns += sum(ns for tid, ns in before.items() if tid not in now)
+        self._waited_ns = now
+        return (self._ended_waited_ns + sum(now.values())) / 1e9
 
 
 def schedstat_waited_ns(tid: int) -> int:
