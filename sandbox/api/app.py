@@ -89,7 +89,8 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     engine = Engine(backend or choose_backend(settings), settings.max_concurrency, cache,
                     max_queue=settings.max_queue, queue_timeout_s=settings.queue_timeout_s,
                     max_compiles=settings.max_compiles, cpu_slots=settings.cpu_slots,
-                    memory_reserve_bytes=settings.memory_reserve_mb << 20)
+                    memory_reserve_bytes=settings.memory_reserve_mb << 20,
+                    cpu_share=settings.cpu_share)
     registry = served_registry(all_languages, engine.backend)
 
     @asynccontextmanager
@@ -262,6 +263,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         sessions = services.sessions
         return {"running": engine.running, "waiting": engine.waiting,
                 "computing": engine.admission.computing, "cpu_slots": engine.admission.cpu_slots,
+                "short_changed": engine.admission.short_changed,
                 "sessions": {"active": len(sessions), "busy": sum(s.busy for s in sessions.sessions()),
                              "max_sessions": sessions.max_sessions,
                              "by_language": dict(sessions.active_by_language())},

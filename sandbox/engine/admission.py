@@ -8,6 +8,14 @@ A request is admitted (first come, first served) when all of these hold:
   (``cpus / cpu_share``, see ``deadline.FairDeadline``). A sandbox counts as computing from
   its admission until it is seen to use less than ``IDLE_CPU_RATE`` of a CPU over a sampling
   interval (it sleeps, waits for input, or is between steps on the server's side);
+- **the share is seen to be given**: nobody is admitted while a computing sandbox is seen to
+  get less than its share with no CPU of the machine idle (``short_changed``), unless fewer
+  than half the CPU slots compute. The count
+  above assumes the sandboxes have the CPUs to themselves; they do not: the server, the
+  kernel's own work for them (a fork bomb's hundreds of processes made and reaped) and the
+  host's other processes take part of the CPUs, and the scheduler gives a cgroup of many
+  runnable threads more than one of a single thread beside it. Seen, not predicted: the
+  sandboxes' own rates say whether the promise holds, whatever takes the CPUs;
 - **memory**: more than ``memory_reserve_bytes`` is available (the machine's, within the
   server's own cgroup limit: ``capacity``): the sum of the sandboxes' caps may exceed the
   machine, what they are actually charged may not;
@@ -27,11 +35,19 @@ import math
 import time
 from typing import Callable, Deque
 
-from .capacity import memory_available_bytes
+from .capacity import machine_idle_s, memory_available_bytes
 
 SAMPLE_S = 0.1
 # Under this many CPU seconds per second a sandbox is not computing: it sleeps or waits.
 IDLE_CPU_RATE = 0.05
+# Whether a sandbox gets its share is judged over this much of its run (shorter runs are not
+# judged: their rate over a few scheduler slices says little).
+SHARE_WINDOW_S = 0.5
+# A computing sandbox seen to get less than this part of its share is short-changed...
+SHORT_OF_SHARE = 0.9
+# ...when the machine had less than this many CPUs idle over the same window (else it sleeps
+# or waits part of the time: a CPU was free for it).
+SATURATED_IDLE_CPUS = 0.1
 
 
 class Overloaded(RuntimeError):
@@ -46,27 +62,49 @@ class Ticket:
     """One admitted sandbox. ``meter``, once the sandbox exists, returns the CPU seconds its
     running step has used (None between steps: it counts as computing then)."""
 
-    __slots__ = ("meter", "computing", "_last_cpu", "_last_at")
+    __slots__ = ("meter", "computing", "_history")
 
     def __init__(self) -> None:
         self.meter: Callable[[], float | None] | None = None
         self.computing = True
-        self._last_cpu: float | None = None
-        self._last_at = 0.0
+        # (when, CPU seconds) of the running step, the last SHARE_WINDOW_S and one more.
+        self._history: Deque[tuple[float, float]] = collections.deque()
 
     def sample(self, now: float) -> None:
         cpu = self.meter() if self.meter is not None else None
-        if cpu is None or self._last_cpu is None or cpu < self._last_cpu:
-            self.computing = True  # starting, between steps, or a new step: assume it computes
+        history = self._history
+        if cpu is None or not history or cpu < history[-1][1]:
+            history.clear()  # starting, between steps, or a new step: assume it computes
+            self.computing = True
         else:
-            self.computing = (cpu - self._last_cpu) / max(now - self._last_at, 1e-3) >= IDLE_CPU_RATE
-        self._last_cpu, self._last_at = cpu, now
+            last_at, last_cpu = history[-1]
+            self.computing = (cpu - last_cpu) / max(now - last_at, 1e-3) >= IDLE_CPU_RATE
+        if cpu is not None:
+            history.append((now, cpu))
+            while len(history) > 2 and history[1][0] <= now - SHARE_WINDOW_S:
+                history.popleft()
+
+    def rate(self, now: float) -> float | None:
+        """CPU seconds per second over the last ``SHARE_WINDOW_S`` of the running step (None
+        when the step has not run that long)."""
+        if not self._history or self._history[0][0] > now - SHARE_WINDOW_S:
+            return None
+        (then, cpu_then), (last, cpu_last) = self._history[0], self._history[-1]
+        return (cpu_last - cpu_then) / max(last - then, 1e-3)
 
 
 class Admission:
     def __init__(self, cpu_slots: int, max_open: int, max_queue: int,
-                 memory_reserve_bytes: int = 0) -> None:
+                 memory_reserve_bytes: int = 0, cpu_share: float = 0.0,
+                 idle_s: Callable[[], float | None] = machine_idle_s) -> None:
+        """``cpu_share``: the CPU each computing sandbox is promised (0: no promise to watch);
+        ``idle_s``: the machine's idle CPU seconds so far (a counter)."""
         self.cpu_slots = cpu_slots
+        self.cpu_share = cpu_share
+        self._idle_s = idle_s
+        self._idle_history: Deque[tuple[float, float]] = collections.deque()
+        # Whether a computing sandbox was last seen short of its share on a saturated machine.
+        self.short_changed = False
         self.max_open = max_open
         self.max_queue = max_queue
         self.memory_reserve_bytes = memory_reserve_bytes
@@ -91,8 +129,7 @@ class Admission:
         return sum(ticket.computing for ticket in self.open)
 
     def _has_room(self) -> bool:
-        room = (len(self.open) < self.max_open and self.computing < self.cpu_slots
-                and self._memory_ok)
+        room = len(self.open) < self.max_open and self._cpu_room() and self._memory_ok
         if not room:
             self._full_at = time.monotonic()
         return room
@@ -105,8 +142,47 @@ class Admission:
         return self._full_at >= moment
 
     def _note_if_full(self, now: float) -> None:
-        if self._queue or self.computing >= self.cpu_slots:
+        if self._queue or not self._cpu_room():
             self._full_at = now
+
+    def _cpu_room(self) -> bool:
+        """Room for one more computing sandbox. While one is short-changed, none, unless fewer
+        than half the slots compute: host load the server cannot see must not stop it."""
+        computing = self.computing
+        if self.short_changed and computing >= max(1, self.cpu_slots // 2):
+            return False
+        return computing < self.cpu_slots
+
+    def _machine_saturated(self, now: float) -> bool:
+        """Whether less than ``SATURATED_IDLE_CPUS`` of the machine's CPUs were idle over the
+        last ``SHARE_WINDOW_S`` (False when that cannot be told)."""
+        idle = self._idle_s()
+        history = self._idle_history
+        if idle is None:
+            history.clear()
+            return False
+        if history and now - history[-1][0] > 2 * SHARE_WINDOW_S:
+            history.clear()  # the sampler was idle: an old count would average over the gap
+        history.append((now, idle))
+        while len(history) > 2 and history[1][0] <= now - SHARE_WINDOW_S:
+            history.popleft()
+        (then, idle_then), (last, idle_last) = history[0], history[-1]
+        if last - then < SHARE_WINDOW_S * 0.8:
+            return False
+        return (idle_last - idle_then) / (last - then) < SATURATED_IDLE_CPUS
+
+    def _see_short_changed(self, now: float) -> bool:
+        if self.cpu_share <= 0:
+            return False
+        saturated = self._machine_saturated(now)  # sampled every time: its window stays whole
+        if not saturated:
+            return False
+        floor = self.cpu_share * SHORT_OF_SHARE
+        for ticket in self.open:
+            rate = ticket.rate(now)
+            if rate is not None and IDLE_CPU_RATE <= rate < floor:
+                return True
+        return False
 
     def try_enter(self) -> Ticket | None:
         """A ticket at once if there is room and nobody waits; else None."""
@@ -177,6 +253,7 @@ class Admission:
             now = time.monotonic()
             for ticket in list(self.open):
                 ticket.sample(now)
+            self.short_changed = self._see_short_changed(now)
             self._note_if_full(now)
             if self.memory_reserve_bytes:
                 self._memory_ok = memory_available_bytes() > self.memory_reserve_bytes

@@ -65,6 +65,20 @@ def cpus_available() -> float:
     return cpus
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_idle_s() -> float | None:
+    """CPU seconds the machine's CPUs have been idle since boot (``/proc/stat``: idle and
+    iowait), None where it cannot be read. A host's figure: in a container, its CPUs' idle."""
+    try:
+        with open("/proc/stat", "rb") as stat:
+            fields = stat.readline().split()
+        return (int(fields[4]) + int(fields[5])) / _CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def memory_available_bytes() -> int:
     """Memory that may still be charged: the machine's available memory, and, under cgroup
     memory limits, what is left below each."""

@@ -42,14 +42,15 @@ class Engine:
     def __init__(self, backend: Backend, max_concurrency: int,
                  compile_cache: CompileCache | None = None, max_queue: int = 1024,
                  queue_timeout_s: float = 9.0, max_compiles: int | None = None,
-                 cpu_slots: int | None = None, memory_reserve_bytes: int = 0) -> None:
+                 cpu_slots: int | None = None, memory_reserve_bytes: int = 0,
+                 cpu_share: float = 0.0) -> None:
         self.backend = backend
         self.max_concurrency = max_concurrency
         self.compile_cache = compile_cache
         self.max_queue = max_queue
         self.queue_timeout_s = queue_timeout_s
         self.admission = Admission(min(cpu_slots or max_concurrency, max_concurrency),
-                                   max_concurrency, max_queue, memory_reserve_bytes)
+                                   max_concurrency, max_queue, memory_reserve_bytes, cpu_share)
         # A backend that stretches a starved run's time limit asks whether the server was
         # full meanwhile: alone, or with room to spare, a limit is plain wall-clock time.
         if hasattr(backend, "server_was_full"):

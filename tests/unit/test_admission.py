@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from sandbox.engine.admission import SAMPLE_S, Admission, Overloaded
+from sandbox.engine.admission import SAMPLE_S, SHARE_WINDOW_S, Admission, Overloaded
 from sandbox.engine.deadline import FairDeadline
 
 T = 3.0
@@ -177,6 +177,108 @@ def test_no_room_while_memory_is_short(monkeypatch):
         await asyncio.sleep(SAMPLE_S * 2)
         assert admission.try_enter() is not None
         admission.leave(first)
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+class Clock:
+    """The machine's idle CPU seconds, growing at ``idle_cpus`` per second as the test sets."""
+
+    def __init__(self, idle_cpus: float) -> None:
+        self.idle_cpus = idle_cpus
+        self._idle, self._at = 0.0, time.monotonic()
+
+    def __call__(self) -> float:
+        now = time.monotonic()
+        self._idle += (now - self._at) * self.idle_cpus
+        self._at = now
+        return self._idle
+
+
+async def _burn(meter: Meter, rate: list) -> None:
+    """Adds CPU to ``meter`` at ``rate[0]`` CPU seconds per second (of the clock: a slow event
+    loop must not lower the rate)."""
+    last = time.monotonic()
+    while True:
+        await asyncio.sleep(0.01)
+        now = time.monotonic()
+        meter.cpu += rate[0] * (now - last)
+        last = now
+
+
+def test_nobody_is_admitted_while_a_sandbox_is_short_of_its_share():
+    async def scenario():
+        idle = Clock(idle_cpus=0.0)  # saturated: no CPU idle
+        admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
+                              idle_s=idle)
+        rate = [0.2]  # each gets 0.2 of a CPU, promised 0.5
+        tickets = [admission.try_enter(), admission.try_enter()]
+        burners = []
+        for ticket in tickets:
+            ticket.meter = Meter()
+            burners.append(asyncio.create_task(_burn(ticket.meter, rate)))
+        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+        assert admission.short_changed
+        assert admission.computing == 2 < admission.cpu_slots
+        assert admission.try_enter() is None      # a slot is free, the share is not
+        assert admission.full_since(time.monotonic() - 0.01)  # so limits stretch meanwhile
+        waiter = asyncio.create_task(admission.enter(5.0))
+        await asyncio.sleep(SAMPLE_S * 3)
+        assert not waiter.done()
+        rate[0] = 0.6  # the others finished: the two get their share again
+        third = await asyncio.wait_for(waiter, SHARE_WINDOW_S + SAMPLE_S * 6)
+        assert not admission.short_changed
+        for burner in burners:
+            burner.cancel()
+        for ticket in (*tickets, third):
+            admission.leave(ticket)
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_sandbox_below_its_share_with_a_cpu_idle_is_not_short_changed():
+    # It sleeps part of the time: a CPU was free for it.
+    async def scenario():
+        admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
+                              idle_s=Clock(idle_cpus=1.0))
+        rate = [0.2]
+        tickets = [admission.try_enter(), admission.try_enter()]
+        burners = []
+        for ticket in tickets:
+            ticket.meter = Meter()
+            burners.append(asyncio.create_task(_burn(ticket.meter, rate)))
+        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+        assert not admission.short_changed
+        third = admission.try_enter()
+        assert third is not None
+        for burner in burners:
+            burner.cancel()
+        for ticket in (*tickets, third):
+            admission.leave(ticket)
+        await admission.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_short_changed_server_still_runs_half_its_slots():
+    # Host load the server cannot see (another tenant's processes) must not stop it.
+    async def scenario():
+        admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
+                              idle_s=Clock(idle_cpus=0.0))
+        rate = [0.2]
+        first = admission.try_enter()
+        first.meter = Meter()
+        burner = asyncio.create_task(_burn(first.meter, rate))
+        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+        assert admission.short_changed
+        second = admission.try_enter()      # one computing: under half of 4 slots
+        assert second is not None
+        assert admission.try_enter() is None  # two: half
+        burner.cancel()
+        for ticket in (first, second):
+            admission.leave(ticket)
         await admission.close()
 
     asyncio.run(scenario())
