@@ -264,6 +264,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         return {"running": engine.running, "waiting": engine.waiting,
                 "computing": engine.admission.computing, "cpu_slots": engine.admission.cpu_slots,
                 "short_changed": engine.admission.short_changed,
+                "short_changed_s": round(engine.admission.short_changed_s, 1),
                 "sessions": {"active": len(sessions), "busy": sum(s.busy for s in sessions.sessions()),
                              "max_sessions": sessions.max_sessions,
                              "by_language": dict(sessions.active_by_language())},

@@ -113,6 +113,10 @@ class _EngineGauges:
                                 "Of those, the ones using a CPU (the rest sleep or wait); "
                                 "admission keeps them at most cpu_slots.",
                                 value=engine.admission.computing)
+        yield CounterMetricFamily("sandbox_admission_short_changed_seconds",
+                                  "Seconds admission let nobody in because a computing sandbox "
+                                  "got less than its CPU share on a machine with no CPU idle.",
+                                  value=engine.admission.short_changed_s)
         warm = GaugeMetricFamily("sandbox_warm_pool_size",
                                  "docker backend: started, unused containers ready, by image.",
                                  labels=["image"])

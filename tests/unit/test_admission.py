@@ -229,6 +229,7 @@ def test_nobody_is_admitted_while_a_sandbox_is_short_of_its_share():
         rate[0] = 0.6  # the others finished: the two get their share again
         third = await asyncio.wait_for(waiter, SHARE_WINDOW_S + SAMPLE_S * 6)
         assert not admission.short_changed
+        assert admission.short_changed_s >= SAMPLE_S * 3  # counted (a metric)
         for burner in burners:
             burner.cancel()
         for ticket in (*tickets, third):
@@ -325,6 +326,28 @@ def test_the_engine_remembers_a_refused_job_for_its_retry():
         assert first <= time.monotonic()
 
     asyncio.run(scenario())
+
+
+def test_a_wait_for_a_sandbox_leaves_the_run_and_its_teardown_inside_the_clients_wait():
+    import dataclasses
+
+    from sandbox.engine import Engine
+    from sandbox.engine.engine import SERVER_MARGIN_S
+
+    from .test_parallel_evaluate import FakeBackend, evaluation
+
+    engine = Engine(FakeBackend(), max_concurrency=1)  # queue_timeout_s 9, as served
+    job = evaluation(["ok 1"], "python").job
+    # verl sends compile_timeout = run_timeout = its timeout; the SDK's default compile is 10 s
+    for compile_s, run_s, share in ((10, 2, 0.4), (10, 3, 0.4), (10, 10, 0.4), (30, 30, 0.4),
+                                    (1, 3, 0.4), (30, 2, 0.0)):
+        limits = dataclasses.replace(job.limits, compile_timeout_s=compile_s,
+                                     run_timeout_s=run_s, cpu_share=share)
+        sent = dataclasses.replace(job, limits=limits)
+        clients_wait = compile_s + run_s + 10  # verl's (SandboxFusion's SDK alike)
+        backstop = FairDeadline.for_run(run_s, share).backstop_s
+        assert engine.wait_budget(sent, compiles=False) + backstop + SERVER_MARGIN_S < clients_wait
+        assert engine.wait_budget(sent, compiles=False) >= 1.0
 
 
 def test_capacity_reads_this_hosts_figures():
