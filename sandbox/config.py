@@ -232,8 +232,7 @@ class Settings(BaseSettings):
         description="How long a request that compiles may wait for a sandbox before HTTP 504 "
                     "+ Retry-After; one with nothing to compile (an interpreted language, a "
                     "compile the cache holds) waits this plus its compile_timeout, less the longest extension of its "
-                    "run (cpu_share) and 2 s for its sandbox's set-up and teardown (at least "
-                    "1 s). verl gives up after compile_timeout + run_timeout + "
+                    "run (cpu_share), at least 1 s. verl gives up after compile_timeout + run_timeout + "
                     "10 s and retries only 504, so such a wait always leaves the program its "
                     "full time.")
     max_memory_mb: int = Field(

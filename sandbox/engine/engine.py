@@ -33,10 +33,6 @@ OOM_SLACK_BYTES = 1 << 20
 REFUSED_FOR_S = 120.0
 REFUSED_MEMORY = 8192
 MAX_ARTIFACT_BYTES = 256 << 20
-# Of a client's wait, what a request's wait for a sandbox leaves to the server's own work
-# around the run: opening the sandbox and tearing it down (a fork bomb's hundreds of
-# processes killed under load: 1.5 s measured) and the answer's way back.
-SERVER_MARGIN_S = 2.0
 
 
 class Engine:
@@ -82,14 +78,15 @@ class Engine:
         compile_timeout + run_timeout + 10 s (verl retries a 504, but not its own timeout): the
         answer must come before that. A job with nothing to compile may wait
         ``queue_timeout_s`` plus its compile_timeout, less what a starved run may take past its
-        run_timeout and ``SERVER_MARGIN_S`` (at least a second); one that compiles waits
-        ``queue_timeout_s`` (its compile is mostly far shorter than its compile_timeout)."""
+        run_timeout (at least a second); one that compiles waits ``queue_timeout_s`` (its
+        compile is mostly far shorter than its compile_timeout). What ``queue_timeout_s``
+        leaves of the client's 10 s is the server's, for the sandbox's set-up and teardown."""
         if compiles:
             return self.queue_timeout_s
         limits = job.limits
         extension = FairDeadline.for_run(limits.run_timeout_s, limits.cpu_share).max_extension_s
         return max(min(1.0, self.queue_timeout_s),
-                   self.queue_timeout_s + limits.compile_timeout_s - extension - SERVER_MARGIN_S)
+                   self.queue_timeout_s + limits.compile_timeout_s - extension)
 
     async def run(self, job: Job) -> JobResult:
         arrived = time.monotonic()

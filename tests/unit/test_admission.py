@@ -332,7 +332,6 @@ def test_a_wait_for_a_sandbox_leaves_the_run_and_its_teardown_inside_the_clients
     import dataclasses
 
     from sandbox.engine import Engine
-    from sandbox.engine.engine import SERVER_MARGIN_S
 
     from .test_parallel_evaluate import FakeBackend, evaluation
 
@@ -346,7 +345,8 @@ def test_a_wait_for_a_sandbox_leaves_the_run_and_its_teardown_inside_the_clients
         sent = dataclasses.replace(job, limits=limits)
         clients_wait = compile_s + run_s + 10  # verl's (SandboxFusion's SDK alike)
         backstop = FairDeadline.for_run(run_s, share).backstop_s
-        assert engine.wait_budget(sent, compiles=False) + backstop + SERVER_MARGIN_S < clients_wait
+        # a second of it for the sandbox's set-up and teardown
+        assert engine.wait_budget(sent, compiles=False) + backstop + 1.0 <= clients_wait
         assert engine.wait_budget(sent, compiles=False) >= 1.0
 
 
