@@ -9,13 +9,13 @@ A request is admitted (first come, first served) when all of these hold:
   its admission until it is seen to use less than ``IDLE_CPU_RATE`` of a CPU over a sampling
   interval (it sleeps, waits for input, or is between steps on the server's side);
 - **the share is seen to be given**: nobody is admitted while a computing sandbox is seen to
-  get less than its share with no CPU of the machine idle (``short_changed``), unless fewer
-  than half the CPU slots compute. The count
-  above assumes the sandboxes have the CPUs to themselves; they do not: the server, the
-  kernel's own work for them (a fork bomb's hundreds of processes made and reaped) and the
-  host's other processes take part of the CPUs, and the scheduler gives a cgroup of many
-  runnable threads more than one of a single thread beside it. Seen, not predicted: the
-  sandboxes' own rates say whether the promise holds, whatever takes the CPUs;
+  get well under its share (``SHORT_OF_SHARE``) with no CPU of the machine idle
+  (``short_changed``), unless fewer than half the CPU slots compute. The count above assumes
+  the sandboxes have the CPUs to themselves; they do not: the server, the kernel's own work for
+  them (a fork bomb's hundreds of processes made and reaped) and the host's other processes
+  take part of the CPUs, and the scheduler gives a cgroup of many runnable threads more than
+  one of a single thread beside it. Seen, not predicted: the sandboxes' own rates say whether
+  the promise holds, whatever takes the CPUs;
 - **memory**: more than ``memory_reserve_bytes`` is available (the machine's, within the
   server's own cgroup limit: ``capacity``): the sum of the sandboxes' caps may exceed the
   machine, what they are actually charged may not;
