@@ -203,7 +203,8 @@ class Settings(BaseSettings):
                     "run_timeout; otherwise run_timeout is plain wall-clock time). Admission "
                     "lets at most CPU cores / cpu_share sandboxes compute at once, and no "
                     "more while one is seen to get well under its share. A program that loops "
-                    "costs cpu_share x run_timeout CPU seconds. 0: run_timeout is wall-clock time under any load, and at most "
+                    "costs cpu_share x run_timeout CPU seconds. 0: run_timeout is wall-clock "
+                    "time under any load, and at most "
                     "2 x CPU cores sandboxes compute at once (docs/api.md, \"Time limits under "
                     "load\").")
     warm_templates: bool = Field(
@@ -229,12 +230,12 @@ class Settings(BaseSettings):
         1024, ge=0, description="Requests that may wait for a sandbox; beyond it: HTTP 504 at once.")
     queue_timeout_s: float = Field(
         9.0, gt=0,
-        description="How long a request that compiles may wait for a sandbox before HTTP 504 "
-                    "+ Retry-After; one with nothing to compile (an interpreted language, a "
-                    "compile the cache holds) waits this plus its compile_timeout, less the "
-                    "longest extension of its run (cpu_share), at least 1 s. verl gives up "
-                    "after compile_timeout + run_timeout + 10 s and retries only 504, so such "
-                    "a wait always leaves the program its full time.")
+        description="Longest wait for a sandbox before HTTP 504 + Retry-After; a request with "
+                    "nothing to compile (an interpreted language, a compile the cache holds) "
+                    "may also wait what its compile_timeout exceeds the longest extension of "
+                    "its run (cpu_share). verl gives up after compile_timeout + run_timeout + "
+                    "10 s and retries only 504, so such a wait always leaves the program its "
+                    "full time.")
     max_memory_mb: int = Field(
         4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
     max_timeout_s: float = Field(

@@ -74,19 +74,14 @@ class Engine:
         return len(self.admission.open)
 
     def wait_budget(self, job: Job, compiles: bool) -> float:
-        """How long ``job`` may wait for a sandbox. SandboxFusion's clients wait
-        compile_timeout + run_timeout + 10 s (verl retries a 504, but not its own timeout): the
-        answer must come before that. A job with nothing to compile may wait
-        ``queue_timeout_s`` plus its compile_timeout, less what a starved run may take past its
-        run_timeout (at least a second); one that compiles waits ``queue_timeout_s`` (its
-        compile is mostly far shorter than its compile_timeout). What ``queue_timeout_s``
-        leaves of the client's 10 s is the server's, for the sandbox's set-up and teardown."""
-        if compiles:
-            return self.queue_timeout_s
+        """How long ``job`` may wait for a sandbox: ``queue_timeout_s``, plus what its client
+        allowed for a compile it has no need of, less what a starved run may take past its
+        run_timeout. SandboxFusion's clients wait compile_timeout + run_timeout + 10 s (verl
+        retries a 504, but not its own timeout): the answer must come before that."""
         limits = job.limits
+        spare = 0.0 if compiles else limits.compile_timeout_s
         extension = FairDeadline.for_run(limits.run_timeout_s, limits.cpu_share).max_extension_s
-        return max(min(1.0, self.queue_timeout_s),
-                   self.queue_timeout_s + limits.compile_timeout_s - extension)
+        return self.queue_timeout_s + max(0.0, spare - extension)
 
     async def run(self, job: Job) -> JobResult:
         arrived = time.monotonic()

@@ -339,7 +339,7 @@ def test_a_wait_for_a_sandbox_leaves_the_run_and_its_teardown_inside_the_clients
     job = evaluation(["ok 1"], "python").job
     # verl sends compile_timeout = run_timeout = its timeout; the SDK's default compile is 10 s
     for compile_s, run_s, share in ((10, 2, 0.4), (10, 3, 0.4), (10, 10, 0.4), (30, 30, 0.4),
-                                    (1, 3, 0.4), (30, 2, 0.0)):
+                                    (30, 2, 0.0)):
         limits = dataclasses.replace(job.limits, compile_timeout_s=compile_s,
                                      run_timeout_s=run_s, cpu_share=share)
         sent = dataclasses.replace(job, limits=limits)
@@ -347,7 +347,7 @@ def test_a_wait_for_a_sandbox_leaves_the_run_and_its_teardown_inside_the_clients
         backstop = FairDeadline.for_run(run_s, share).backstop_s
         # a second of it for the sandbox's set-up and teardown
         assert engine.wait_budget(sent, compiles=False) + backstop + 1.0 <= clients_wait
-        assert engine.wait_budget(sent, compiles=False) >= 1.0
+        assert engine.wait_budget(sent, compiles=False) >= engine.queue_timeout_s
 
 
 def test_capacity_reads_this_hosts_figures():
