@@ -63,39 +63,65 @@ class Overloaded(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class RateWindow:
+    """Samples of a counter (CPU seconds used, idle seconds) over the last ``SHARE_WINDOW_S``
+    and one sample more: how fast it grew over that window."""
+
+    __slots__ = ("_samples",)
+
+    def __init__(self) -> None:
+        self._samples: Deque[tuple[float, float]] = collections.deque()
+
+    @property
+    def last(self) -> tuple[float, float] | None:
+        """(when, value) of the latest sample."""
+        return self._samples[-1] if self._samples else None
+
+    def clear(self) -> None:
+        self._samples.clear()
+
+    def add(self, now: float, value: float) -> None:
+        samples = self._samples
+        samples.append((now, value))
+        while len(samples) > 2 and samples[1][0] <= now - SHARE_WINDOW_S:
+            samples.popleft()
+
+    def rate(self, now: float, least_s: float = SHARE_WINDOW_S) -> float | None:
+        """Growth per second from the oldest sample kept to the latest; None unless the oldest
+        is at least ``least_s`` old."""
+        if not self._samples or now - self._samples[0][0] < least_s:
+            return None
+        (then, first), (last, latest) = self._samples[0], self._samples[-1]
+        return (latest - first) / max(last - then, 1e-3)
+
+
 class Ticket:
     """One admitted sandbox. ``meter``, once the sandbox exists, returns the CPU seconds its
     running step has used (None between steps: it counts as computing then)."""
 
-    __slots__ = ("meter", "computing", "_history")
+    __slots__ = ("meter", "computing", "_cpu")
 
     def __init__(self) -> None:
         self.meter: Callable[[], float | None] | None = None
         self.computing = True
-        # (when, CPU seconds) of the running step, the last SHARE_WINDOW_S and one more.
-        self._history: Deque[tuple[float, float]] = collections.deque()
+        self._cpu = RateWindow()  # of the running step
 
     def sample(self, now: float) -> None:
         cpu = self.meter() if self.meter is not None else None
-        history = self._history
-        if cpu is None or not history or cpu < history[-1][1]:
-            history.clear()  # starting, between steps, or a new step: assume it computes
+        last = self._cpu.last
+        if cpu is None or last is None or cpu < last[1]:
+            self._cpu.clear()  # starting, between steps, or a new step: assume it computes
             self.computing = True
         else:
-            last_at, last_cpu = history[-1]
+            last_at, last_cpu = last
             self.computing = (cpu - last_cpu) / max(now - last_at, 1e-3) >= IDLE_CPU_RATE
         if cpu is not None:
-            history.append((now, cpu))
-            while len(history) > 2 and history[1][0] <= now - SHARE_WINDOW_S:
-                history.popleft()
+            self._cpu.add(now, cpu)
 
     def rate(self, now: float) -> float | None:
         """CPU seconds per second over the last ``SHARE_WINDOW_S`` of the running step (None
         when the step has not run that long)."""
-        if not self._history or self._history[0][0] > now - SHARE_WINDOW_S:
-            return None
-        (then, cpu_then), (last, cpu_last) = self._history[0], self._history[-1]
-        return (cpu_last - cpu_then) / max(last - then, 1e-3)
+        return self._cpu.rate(now)
 
 
 class Admission:
@@ -107,7 +133,7 @@ class Admission:
         self.cpu_slots = cpu_slots
         self.cpu_share = cpu_share
         self._idle_s = idle_s
-        self._idle_history: Deque[tuple[float, float]] = collections.deque()
+        self._idle = RateWindow()
         # Whether a computing sandbox was last seen short of its share on a saturated machine.
         self.short_changed = False
         self.short_changed_s = 0.0  # seconds it was, in all
@@ -164,19 +190,14 @@ class Admission:
         """Whether less than ``SATURATED_IDLE_CPUS`` of the machine's CPUs were idle over the
         last ``SHARE_WINDOW_S`` (False when that cannot be told)."""
         idle = self._idle_s()
-        history = self._idle_history
+        last = self._idle.last
+        if idle is None or (last is not None and now - last[0] > 2 * SHARE_WINDOW_S):
+            self._idle.clear()  # unreadable, or the sampler was idle: no average over the gap
         if idle is None:
-            history.clear()
             return False
-        if history and now - history[-1][0] > 2 * SHARE_WINDOW_S:
-            history.clear()  # the sampler was idle: an old count would average over the gap
-        history.append((now, idle))
-        while len(history) > 2 and history[1][0] <= now - SHARE_WINDOW_S:
-            history.popleft()
-        (then, idle_then), (last, idle_last) = history[0], history[-1]
-        if last - then < SHARE_WINDOW_S * 0.8:
-            return False
-        return (idle_last - idle_then) / (last - then) < SATURATED_IDLE_CPUS
+        self._idle.add(now, idle)
+        idle_cpus = self._idle.rate(now, least_s=SHARE_WINDOW_S * 0.8)
+        return idle_cpus is not None and idle_cpus < SATURATED_IDLE_CPUS
 
     def _see_short_changed(self, now: float) -> bool:
         if self.cpu_share <= 0:
