@@ -5,6 +5,7 @@ real sandboxes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -207,33 +208,43 @@ async def _burn(meter: Meter, rate: list) -> None:
         last = now
 
 
+@contextlib.asynccontextmanager
+async def _burning(admission: Admission, count: int, rate: list):
+    """``count`` tickets admitted at once, each burning CPU at ``rate[0]``; left on exit."""
+    tickets = [admission.try_enter() for _ in range(count)]
+    burners = []
+    for ticket in tickets:
+        ticket.meter = Meter()
+        burners.append(asyncio.create_task(_burn(ticket.meter, rate)))
+    try:
+        yield tickets
+    finally:
+        for burner in burners:
+            burner.cancel()
+        for ticket in tickets:
+            admission.leave(ticket)
+
+
 def test_nobody_is_admitted_while_a_sandbox_is_short_of_its_share():
     async def scenario():
         idle = Clock(idle_cpus=0.0)  # saturated: no CPU idle
         admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
                               idle_s=idle)
         rate = [0.2]  # each gets 0.2 of a CPU, promised 0.5
-        tickets = [admission.try_enter(), admission.try_enter()]
-        burners = []
-        for ticket in tickets:
-            ticket.meter = Meter()
-            burners.append(asyncio.create_task(_burn(ticket.meter, rate)))
-        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
-        assert admission.short_changed
-        assert admission.computing == 2 < admission.cpu_slots
-        assert admission.try_enter() is None      # a slot is free, the share is not
-        assert admission.full_since(time.monotonic() - 0.01)  # so limits stretch meanwhile
-        waiter = asyncio.create_task(admission.enter(5.0))
-        await asyncio.sleep(SAMPLE_S * 3)
-        assert not waiter.done()
-        rate[0] = 0.6  # the others finished: the two get their share again
-        third = await asyncio.wait_for(waiter, SHARE_WINDOW_S + SAMPLE_S * 6)
-        assert not admission.short_changed
-        assert admission.short_changed_s >= SAMPLE_S * 3  # counted (a metric)
-        for burner in burners:
-            burner.cancel()
-        for ticket in (*tickets, third):
-            admission.leave(ticket)
+        async with _burning(admission, 2, rate):
+            await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+            assert admission.short_changed
+            assert admission.computing == 2 < admission.cpu_slots
+            assert admission.try_enter() is None      # a slot is free, the share is not
+            assert admission.full_since(time.monotonic() - 0.01)  # so limits stretch meanwhile
+            waiter = asyncio.create_task(admission.enter(5.0))
+            await asyncio.sleep(SAMPLE_S * 3)
+            assert not waiter.done()
+            rate[0] = 0.6  # the others finished: the two get their share again
+            third = await asyncio.wait_for(waiter, SHARE_WINDOW_S + SAMPLE_S * 6)
+            assert not admission.short_changed
+            assert admission.short_changed_s >= SAMPLE_S * 3  # counted (a metric)
+        admission.leave(third)
         await admission.close()
 
     asyncio.run(scenario())
@@ -244,20 +255,12 @@ def test_a_sandbox_below_its_share_with_a_cpu_idle_is_not_short_changed():
     async def scenario():
         admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
                               idle_s=Clock(idle_cpus=1.0))
-        rate = [0.2]
-        tickets = [admission.try_enter(), admission.try_enter()]
-        burners = []
-        for ticket in tickets:
-            ticket.meter = Meter()
-            burners.append(asyncio.create_task(_burn(ticket.meter, rate)))
-        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
-        assert not admission.short_changed
-        third = admission.try_enter()
-        assert third is not None
-        for burner in burners:
-            burner.cancel()
-        for ticket in (*tickets, third):
-            admission.leave(ticket)
+        async with _burning(admission, 2, [0.2]):
+            await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+            assert not admission.short_changed
+            third = admission.try_enter()
+            assert third is not None
+        admission.leave(third)
         await admission.close()
 
     asyncio.run(scenario())
@@ -268,18 +271,13 @@ def test_a_short_changed_server_still_runs_half_its_slots():
     async def scenario():
         admission = Admission(cpu_slots=4, max_open=10, max_queue=10, cpu_share=0.5,
                               idle_s=Clock(idle_cpus=0.0))
-        rate = [0.2]
-        first = admission.try_enter()
-        first.meter = Meter()
-        burner = asyncio.create_task(_burn(first.meter, rate))
-        await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
-        assert admission.short_changed
-        second = admission.try_enter()      # one computing: under half of 4 slots
-        assert second is not None
-        assert admission.try_enter() is None  # two: half
-        burner.cancel()
-        for ticket in (first, second):
-            admission.leave(ticket)
+        async with _burning(admission, 1, [0.2]):
+            await asyncio.sleep(SHARE_WINDOW_S + SAMPLE_S * 4)
+            assert admission.short_changed
+            second = admission.try_enter()      # one computing: under half of 4 slots
+            assert second is not None
+            assert admission.try_enter() is None  # two: half
+        admission.leave(second)
         await admission.close()
 
     asyncio.run(scenario())
