@@ -90,6 +90,7 @@ async def run_file(path: Path, settings: Settings, *, language: str | None, stdi
     try:
         result = await engine.run(job)
     finally:
+        await engine.close()
         await backend.close()
         remove_empty_state_dirs(backend)
     return to_response(result, job, []), getattr(backend, "description", backend.name), language

@@ -147,7 +147,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             warming.cancel()  # a template starting now removes what it made before we go on
             await asyncio.wait({warming})
         await app.state.services.sessions.close()
-        await engine.admission.close()
+        await engine.close()
         await engine.backend.close()
         instance_lock.release()
 

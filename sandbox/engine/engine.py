@@ -3,8 +3,9 @@ need) and runs each one in a fresh sandbox.
 
 A job's steps: write the source and files, compile (if the runtime has a compile step, and
 the compile cache has not seen this exact program), run, read back the requested files. A
-failed compile ends the job. Whatever happens, the sandbox is destroyed before the result is
-returned.
+failed compile ends the job. Whatever happens, the sandbox is destroyed; a ``run``'s answer
+goes first, and its room in admission stays taken until the sandbox is gone (``close`` waits
+for the last ones).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ class Engine:
         self.on_sandbox_open: Callable[[float], None] | None = None
         # Those seconds, a moving average: what one more sandbox costs a request in time.
         self.sandbox_open_s = 0.0
+        self._closing: set[asyncio.Task] = set()  # sandboxes of answered jobs, being removed
+
+    async def close(self) -> None:
+        """Wait for the sandboxes of answered jobs to be gone, then stop admission."""
+        while self._closing:
+            await asyncio.wait(set(self._closing))
+        await self.admission.close()
 
     @property
     def waiting(self) -> int:
@@ -93,7 +101,7 @@ class Engine:
             # clock started when it sent the request.
             budget = self.wait_budget(job, compiles) - (time.monotonic() - arrived)
             result, claim.entry = await self._admitted(job, claim.cached, claim.owner,
-                                                       max(0.0, budget), arrived)
+                                                       max(0.0, budget), arrived, answer_first=True)
             return result
 
     @staticmethod
@@ -119,14 +127,36 @@ class Engine:
                 self.compile_cache.release(key, claim.entry)
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False,
-                        budget_s: float | None = None, arrived: float | None = None
-                        ) -> tuple[JobResult, CachedCompile | None]:
+                        budget_s: float | None = None, arrived: float | None = None,
+                        answer_first: bool = False) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None).
         The queue is in order of arrival (``arrived``: before any wait for a compile); a job
         refused with a 504 and sent again keeps its first try's place: clients retry a 504
-        (verl after 1 s and 2 s), and should not go to the back."""
-        async with self.slot(budget_s, self._fingerprint(job), arrived) as ticket:
-            return await self._run_in_sandbox(job, cached, want_artifacts, ticket)
+        (verl after 1 s and 2 s), and should not go to the back. ``answer_first``: return
+        before the sandbox is removed (a stopped fork bomb's processes take up to seconds to
+        go, and its client waits); its slot is held until it is."""
+        held = contextlib.AsyncExitStack()
+        try:
+            ticket = await held.enter_async_context(
+                self.slot(budget_s, self._fingerprint(job), arrived))
+            answer = await self._run_in_sandbox(job, cached, want_artifacts, ticket, held)
+        except BaseException:
+            await held.aclose()
+            raise
+        if not answer_first:
+            await held.aclose()
+            return answer
+        closing = asyncio.create_task(self._close_after_answer(held, job))
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return answer
+
+    @staticmethod
+    async def _close_after_answer(held: contextlib.AsyncExitStack, job: Job) -> None:
+        try:
+            await held.aclose()
+        except Exception as exc:  # noqa: BLE001 - the answer is out: say it, go on
+            log.warning("removing an answered %s sandbox failed: %s", job.spec.language, exc)
 
     def _remember_refused(self, key: int, asked: float) -> None:
         if len(self._refused) >= REFUSED_MEMORY:
@@ -283,12 +313,14 @@ class Engine:
         return True, CachedCompile(result.compile, artifacts, frozenset(executables))
 
     async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
-                              want_artifacts: bool, ticket: Ticket | None = None
+                              want_artifacts: bool, ticket: Ticket | None,
+                              held: contextlib.AsyncExitStack
                               ) -> tuple[JobResult, CachedCompile | None]:
+        """``held`` removes the sandbox when the caller closes it."""
         result = JobResult()
         try:
-            async with self._open(job, ticket) as box:
-                return await self.run_steps(box, job, cached, want_artifacts, result)
+            box = await held.enter_async_context(self._open(job, ticket))
+            return await self.run_steps(box, job, cached, want_artifacts, result)
         except BackendError as exc:
             log.warning("sandbox failure (%s): %s", job.spec.language, exc)
             self.record_error(result, str(exc))

@@ -60,6 +60,10 @@ RUN_DIR_TMPFS_MB = 128
 # What a GPU sandbox's hooks and mount points add to its own root (the ld.so cache, symlinks).
 GPU_ROOT_TMPFS_MB = 16
 BACKSTOP_GRACE_S = 3.0
+# A stopped run's answer waits this long for its processes to be gone and its pipes to close;
+# past it the answer goes with what was read, and close() waits for the rest: a fork bomb's
+# hundreds of processes take up to seconds to die on a full machine, and its client is waiting.
+ANSWER_AFTER_KILL_S = 0.2
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
@@ -83,6 +87,10 @@ class OciSandbox:
         self._starved = False   # the last step was stopped by the backstop, starved
         self._running_cpu: CgroupCpu | None = None   # the CPU side of the step running now
         self._spent_cgroups: list[JobCgroup] = []   # warm runs' cgroups, removed by close()
+        # Stopped steps whose processes were still dying when their answer went: the next step
+        # and close() wait for them.
+        self._dying: list[asyncio.Task] = []
+        self._left_dying = False   # the last step's answer went before its processes were gone
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -112,7 +120,19 @@ class OciSandbox:
         """The work directory and the bundle go (every step's container is gone by now). Off
         the event loop: under load an unmount waits for other mount namespaces' changes (the
         sandboxes' own) and an RCU grace period."""
-        await asyncio.to_thread(self._remove_bundle)
+        try:
+            await self._bury()
+        finally:
+            await asyncio.to_thread(self._remove_bundle)
+
+    async def _bury(self) -> None:
+        """Wait for the steps whose answers went before their processes were gone."""
+        dying, self._dying = self._dying, []
+        if dying:
+            await asyncio.wait(dying)
+            for task in dying:
+                if not task.cancelled() and task.exception() is not None:
+                    raise task.exception()
 
     def _remove_bundle(self) -> None:
         for cgroup in self._spent_cgroups:
@@ -184,6 +204,7 @@ class OciSandbox:
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
+        await self._bury()  # a session's next step starts once the last one is gone
         templates = self._backend.templates
         template = (templates.usable(self._image, argv, self._limits, self.workdir)
                     if self._single_use else None)
@@ -250,6 +271,17 @@ class OciSandbox:
         finally:
             self._running_cpu = None
             ours.close()
+            if self._left_dying:
+                self._dying.append(asyncio.create_task(
+                    self._end_cold(proc, name, self._dying.pop())))
+            else:
+                await self._end_cold(proc, name)
+
+    async def _end_cold(self, proc, name: str, dying: asyncio.Task | None = None) -> None:
+        try:
+            if dying is not None:
+                await dying
+        finally:
             if proc.returncode is None:
                 await self._backend.kill(name)
                 proc.kill()
@@ -325,6 +357,7 @@ class OciSandbox:
         cpu = self._running_cpu
         self._cpu_time_s = None
         self._starved = False
+        self._left_dying = False
         try:
             wait_s = deadline.timeout_s - (time.monotonic() - started)
             while True:
@@ -344,19 +377,23 @@ class OciSandbox:
                 status_task.cancel()
                 await asyncio.wait({status_task})
             status_sock.close()  # lets init exit
-            if flooded.is_set() or not done:
+            stopped = flooded.is_set() or not done
+            if stopped:
                 timed_out = not done
                 if timed_out:
                     self._cpu_time_s = cpu.usage_s()
                 await kill()
-            remaining = max(0.5, started + deadline.backstop_s - time.monotonic() + 1.0)
-            try:
-                await asyncio.wait_for(proc.wait(), timeout=remaining)
-            except asyncio.TimeoutError:
-                await kill()
-                await wait_exit(proc, self._backend.runtime)
-            # The pipes close once every process of the container is gone.
-            await asyncio.wait(drains, timeout=2.0)
+            ending = asyncio.create_task(self._end(proc, kill, started + deadline.backstop_s + 1.0))
+            if stopped:
+                await asyncio.wait({ending, *drains}, timeout=ANSWER_AFTER_KILL_S)
+            if stopped and not ending.done():
+                # Still dying: the answer goes with what was read, the next step and close() wait.
+                self._dying.append(ending)
+                self._left_dying = True
+            else:
+                await ending
+                # The pipes close once every process of the container is gone.
+                await asyncio.wait(drains, timeout=2.0)
         finally:
             tasks = {feeder, *drains, status_task, flood_task}
             for task in tasks:
@@ -385,6 +422,14 @@ class OciSandbox:
                                f"{stderr.getvalue().decode(errors='replace').strip()[-500:]}")
         return StepResult(StepStatus.FINISHED, exit_code, wall, stdout.getvalue(), stderr.getvalue(),
                           stdout.truncated, stderr.truncated, cpu_time_s=self._cpu_time_s)
+
+    async def _end(self, proc, kill: Callable[[], Awaitable[None]], by: float) -> None:
+        """Until the step's processes are gone; killed (again) at ``by`` (monotonic)."""
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=max(0.5, by - time.monotonic()))
+        except asyncio.TimeoutError:
+            await kill()
+            await wait_exit(proc, self._backend.runtime)
 
     def _time_is_up(self, deadline: FairDeadline, started: float, cpu: CgroupCpu,
                     runtime_pid: int) -> bool:
