@@ -205,6 +205,7 @@ class OciSandbox:
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
         await self._bury()  # a session's next step starts once the last one is gone
+        self._left_dying = False
         templates = self._backend.templates
         template = (templates.usable(self._image, argv, self._limits, self.workdir)
                     if self._single_use else None)
@@ -357,7 +358,6 @@ class OciSandbox:
         cpu = self._running_cpu
         self._cpu_time_s = None
         self._starved = False
-        self._left_dying = False
         try:
             wait_s = deadline.timeout_s - (time.monotonic() - started)
             while True:
