@@ -143,12 +143,16 @@ class Engine:
         except BaseException:
             await held.aclose()
             raise
-        if not answer_first:
-            await held.aclose()
+        if answer_first:
+            closing = asyncio.create_task(self._close_after_answer(held, job))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
             return answer
-        closing = asyncio.create_task(self._close_after_answer(held, job))
-        self._closing.add(closing)
-        closing.add_done_callback(self._closing.discard)
+        try:
+            await held.aclose()
+        except BackendError as exc:
+            self._failed(answer[0], job, exc)
+            return answer[0], None
         return answer
 
     @staticmethod
@@ -322,10 +326,13 @@ class Engine:
             box = await held.enter_async_context(self._open(job, ticket))
             return await self.run_steps(box, job, cached, want_artifacts, result)
         except BackendError as exc:
-            log.warning("sandbox failure (%s): %s", job.spec.language, exc)
-            self.record_error(result, str(exc))
-            result.error_kind = exc.kind
+            self._failed(result, job, exc)
         return result, None
+
+    def _failed(self, result: JobResult, job: Job, exc: BackendError) -> None:
+        log.warning("sandbox failure (%s): %s", job.spec.language, exc)
+        self.record_error(result, str(exc))
+        result.error_kind = exc.kind
 
     async def run_steps(self, box, job: Job, cached: CachedCompile | None = None,
                         want_artifacts: bool = False, result: JobResult | None = None
