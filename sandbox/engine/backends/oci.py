@@ -88,9 +88,8 @@ class OciSandbox:
         self._running_cpu: CgroupCpu | None = None   # the CPU side of the step running now
         self._spent_cgroups: list[JobCgroup] = []   # warm runs' cgroups, removed by close()
         # Stopped steps whose processes were still dying when their answer went: the next step
-        # and close() wait for them.
+        # and close() wait for them (so during a step it holds only that step's).
         self._dying: list[asyncio.Task] = []
-        self._left_dying = False   # the last step's answer went before its processes were gone
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -205,7 +204,6 @@ class OciSandbox:
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
         await self._bury()  # a session's next step starts once the last one is gone
-        self._left_dying = False
         templates = self._backend.templates
         template = (templates.usable(self._image, argv, self._limits, self.workdir)
                     if self._single_use else None)
@@ -272,7 +270,7 @@ class OciSandbox:
         finally:
             self._running_cpu = None
             ours.close()
-            if self._left_dying:
+            if self._dying:  # its answer went before its processes were gone
                 self._dying.append(asyncio.create_task(
                     self._end_cold(proc, name, self._dying.pop())))
             else:
@@ -389,7 +387,6 @@ class OciSandbox:
             if stopped and not ending.done():
                 # Still dying: the answer goes with what was read, the next step and close() wait.
                 self._dying.append(ending)
-                self._left_dying = True
             else:
                 await ending
                 # The pipes close once every process of the container is gone.
