@@ -7,7 +7,8 @@ A request is admitted (first come, first served) when all of these hold:
 - **CPU**: fewer sandboxes are computing than the CPUs can give each its guaranteed share
   (``cpus / cpu_share``, see ``deadline.FairDeadline``). A sandbox counts as computing from
   its admission until it is seen to use less than ``IDLE_CPU_RATE`` of a CPU over a sampling
-  interval (it sleeps, waits for input, or is between steps on the server's side);
+  interval (it sleeps, waits for input, or is between steps on the server's side), or until
+  its program is done and nothing of it runs (``settle``: its removal is the server's work);
 - **the share is seen to be given**: nobody is admitted while a computing sandbox is seen to
   get well under its share (``SHORT_OF_SHARE``) with no CPU of the machine idle
   (``short_changed``), unless fewer than half the CPU slots compute. The count above assumes
@@ -99,14 +100,17 @@ class Ticket:
     """One admitted sandbox. ``meter``, once the sandbox exists, returns the CPU seconds its
     running step has used (None between steps: it counts as computing then)."""
 
-    __slots__ = ("meter", "computing", "_cpu")
+    __slots__ = ("meter", "computing", "settled", "_cpu")
 
     def __init__(self) -> None:
         self.meter: Callable[[], float | None] | None = None
         self.computing = True
+        self.settled = False  # its program is done: only its removal is left (Admission.settle)
         self._cpu = RateWindow()  # of the running step
 
     def sample(self, now: float) -> None:
+        if self.settled:
+            return
         cpu = self.meter() if self.meter is not None else None
         last = self._cpu.last
         if cpu is None or last is None or cpu < last[1]:
@@ -244,6 +248,16 @@ class Admission:
                 raise Overloaded(f"no sandbox free within {budget_s:.3g} s",
                                  self.retry_after_s()) from None
             raise
+
+    def settle(self, ticket: Ticket) -> None:
+        """``ticket``'s program is done and nothing of it is left running: its sandbox stays
+        open (and counted) until removed, but no longer takes a CPU slot. A short run would
+        otherwise hold its slot through its removal (an unmount, a cgroup's removal: waits,
+        not computing) and the sampler would never see it idle."""
+        if ticket in self.open and not ticket.settled:
+            ticket.settled, ticket.computing, ticket.meter = True, False, None
+            ticket._cpu.clear()
+            self._wake()
 
     def leave(self, ticket: Ticket) -> None:
         if ticket in self.open:

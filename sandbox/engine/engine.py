@@ -324,7 +324,10 @@ class Engine:
         result = JobResult()
         try:
             box = await held.enter_async_context(self._open(job, ticket))
-            return await self.run_steps(box, job, cached, want_artifacts, result)
+            answer = await self.run_steps(box, job, cached, want_artifacts, result)
+            if ticket is not None and box.quiet:
+                self.admission.settle(ticket)  # its removal is the server's work, not a program's
+            return answer
         except BackendError as exc:
             self._failed(result, job, exc)
         return result, None

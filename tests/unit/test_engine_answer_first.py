@@ -1,6 +1,8 @@
 """The engine answers a /run_code before its sandbox is removed, and keeps the sandbox's slot
 taken until it is: the next request does not start beside a sandbox still being torn down,
-and Engine.close() waits for the removals. Against a backend whose removal is slow (the real
+and Engine.close() waits for the removals. The slot's CPU part goes to the next request while
+the removal goes on when nothing of the program is left running (the sandbox is ``quiet``),
+not while its processes are still dying. Against a backend whose removal is slow (the real
 one's slow removal, a fork bomb dying: tests/unit/test_stopped_run_answer.py)."""
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ REMOVAL_S = 0.3
 class SlowlyRemovedBox:
     id = "box0000000000"
 
+    def __init__(self, quiet: bool = True) -> None:
+        self.quiet = quiet  # False: its stopped program's processes are still dying
+
     async def write_files(self, files, executables=frozenset()):
         pass
 
@@ -36,14 +41,14 @@ class SlowlyRemovedBox:
 class SlowRemovalBackend:
     name = "fake"
 
-    def __init__(self, fails: bool = False) -> None:
-        self.fails = fails
+    def __init__(self, fails: bool = False, quiet: bool = True) -> None:
+        self.fails, self.quiet = fails, quiet
         self.opened = self.removed = 0
 
     @asynccontextmanager
     async def open(self, image, limits):
         self.opened += 1
-        yield SlowlyRemovedBox()
+        yield SlowlyRemovedBox(self.quiet)
         await asyncio.sleep(REMOVAL_S)
         self.removed += 1
         if self.fails:
@@ -73,6 +78,22 @@ def test_the_answer_goes_first_and_the_slot_waits_for_the_removal():
     assert seen["answered"] == (0, 1)  # answered, its sandbox still there and counted
     assert seen["second while the first is removed"] == 1  # the one slot was still taken
     assert seen["closed"] == (2, 0)
+
+
+def test_a_quiet_sandbox_gives_its_cpu_slot_to_the_next_request_while_it_is_removed():
+    async def scenario(quiet: bool):
+        backend = SlowRemovalBackend(quiet=quiet)
+        engine = Engine(backend, max_concurrency=4, cpu_slots=1)
+        await engine.run(job())
+        second = asyncio.create_task(engine.run(job()))
+        await asyncio.sleep(REMOVAL_S / 3)
+        seen = (backend.opened, backend.removed, engine.running)
+        await second
+        await engine.close()
+        return seen
+
+    assert asyncio.run(scenario(quiet=True)) == (2, 0, 2)  # both open: one removed, one running
+    assert asyncio.run(scenario(quiet=False)) == (1, 0, 1)  # dying processes keep the slot
 
 
 def test_a_removal_that_fails_after_the_answer_leaves_the_answer_and_frees_the_slot(caplog):

@@ -78,6 +78,12 @@ class Sandbox(Protocol):
 
     async def memory_facts(self) -> MemoryFacts: ...
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing of a program runs or dies in the sandbox any more: its removal is the
+        server's work, and admission may give its CPU slot to the next request."""
+        ...
+
     def test_session(self, budget_s: float) -> AbstractAsyncContextManager["TestSession"]:
         """``sandbox-runner`` started over the work directory as the steps left it, ready to
         run tests one by one for at most ``budget_s`` seconds."""

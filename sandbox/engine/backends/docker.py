@@ -79,6 +79,12 @@ class DockerSandbox:
     def _api(self) -> docker.APIClient:
         return self._backend.api
 
+    @property
+    def quiet(self) -> bool:
+        """Whether nothing of a program can use the CPU any more: not known here (a program's
+        background processes live until the container is removed)."""
+        return False
+
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
         if not files:

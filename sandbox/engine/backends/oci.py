@@ -449,6 +449,12 @@ class OciSandbox:
         whether this sandbox computes or waits."""
         return self._running_cpu.usage_s() if self._running_cpu is not None else None
 
+    @property
+    def quiet(self) -> bool:
+        """No step runs and no stopped step's processes are still dying: nothing of a program
+        can use the CPU any more (what is left to do is the server's)."""
+        return self._running_cpu is None and not self._dying
+
 
 class OciTestSession:
     """Runs tests one by one through the sandbox's runner, with per-test memory facts."""
