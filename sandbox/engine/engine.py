@@ -11,6 +11,7 @@ for the last ones).
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import logging
@@ -33,6 +34,7 @@ OOM_SLACK_BYTES = 1 << 20
 # A job refused with a 504 and sent again within this time keeps its place in the queue.
 REFUSED_FOR_S = 120.0
 REFUSED_MEMORY = 8192
+OVERHEADS_KEPT = 64  # recent runs' time outside their steps (Engine.start_overhead_s)
 MAX_ARTIFACT_BYTES = 256 << 20
 
 
@@ -66,6 +68,7 @@ class Engine:
         # Those seconds, a moving average: what one more sandbox costs a request in time.
         self.sandbox_open_s = 0.0
         self._closing: set[asyncio.Task] = set()  # sandboxes of answered jobs, being removed
+        self._overheads: collections.deque[float] = collections.deque(maxlen=OVERHEADS_KEPT)
 
     async def close(self) -> None:
         """Wait for the sandboxes of answered jobs to be gone, then stop admission."""
@@ -84,12 +87,31 @@ class Engine:
     def wait_budget(self, job: Job, compiles: bool) -> float:
         """How long ``job`` may wait for a sandbox: ``queue_timeout_s``, plus what its client
         allowed for a compile it has no need of, less what a starved run may take past its
-        run_timeout. SandboxFusion's clients wait compile_timeout + run_timeout + 10 s (verl
-        retries a 504, but not its own timeout): the answer must come before that."""
+        run_timeout and what starting a run takes now (``start_overhead_s``). SandboxFusion's
+        clients wait compile_timeout + run_timeout + 10 s (verl retries a 504, but not its own
+        timeout): the answer must come before that."""
         limits = job.limits
         spare = 0.0 if compiles else limits.compile_timeout_s
         extension = FairDeadline.for_run(limits.run_timeout_s, limits.cpu_share).max_extension_s
-        return self.queue_timeout_s + max(0.0, spare - extension)
+        return self.queue_timeout_s + max(0.0, spare - extension - self.start_overhead_s)
+
+    @property
+    def start_overhead_s(self) -> float:
+        """What a recent run spent outside its steps (its sandbox made, its files written, a
+        warm fork, its memory read): the 90th percentile of the last ``OVERHEADS_KEPT``. Tens
+        of milliseconds, but seconds beside fork bombs, and its client's clock runs."""
+        if len(self._overheads) < OVERHEADS_KEPT // 8:
+            return 0.0
+        ranked = sorted(self._overheads)
+        return ranked[int(len(ranked) * 0.9)]
+
+    def _note_overhead(self, result: JobResult, took_s: float) -> None:
+        """Only runs that did not compile: the budget has room to give only for those (a
+        compile's wait for a free compiler would count here too)."""
+        run, compiled = result.run, result.compile
+        if run is None or run.status is StepStatus.ERROR or (compiled is not None and not compiled.cached):
+            return
+        self._overheads.append(max(0.0, took_s - run.wall_time_s))
 
     async def run(self, job: Job) -> JobResult:
         arrived = time.monotonic()
@@ -322,11 +344,13 @@ class Engine:
                               ) -> tuple[JobResult, CachedCompile | None]:
         """``held`` removes the sandbox when the caller closes it."""
         result = JobResult()
+        began = time.monotonic()
         try:
             box = await held.enter_async_context(self._open(job, ticket))
             answer = await self.run_steps(box, job, cached, want_artifacts, result)
             if ticket is not None and box.quiet:
                 self.admission.settle(ticket)  # its removal is the server's work, not a program's
+            self._note_overhead(result, time.monotonic() - began)
             return answer
         except BackendError as exc:
             self._failed(result, job, exc)

@@ -418,3 +418,35 @@ def test_the_server_is_full_when_every_cpu_slot_computes_or_a_request_waits():
         await admission.close()
 
     asyncio.run(scenario())
+
+
+def test_the_wait_for_a_sandbox_gives_up_what_starting_a_run_takes_now():
+    """A fork bomb's neighbours make sandboxes slow to start (seconds); the client's clock runs
+    all the while: the recent start overhead comes out of the wait's spare seconds."""
+    import dataclasses
+
+    from sandbox.engine import Engine
+    from sandbox.engine.engine import OVERHEADS_KEPT
+
+    from .test_engine_answer_first import SlowRemovalBackend, job
+
+    class SlowStart(SlowRemovalBackend):
+        @contextlib.asynccontextmanager
+        async def open(self, image, limits):
+            await asyncio.sleep(0.3)
+            async with super().open(image, limits) as box:
+                yield box
+
+    async def scenario():
+        engine = Engine(SlowStart(), max_concurrency=OVERHEADS_KEPT)
+        sent = dataclasses.replace(job(), limits=dataclasses.replace(job().limits, run_timeout_s=2))
+        before = engine.wait_budget(sent, compiles=False)
+        await asyncio.gather(*(engine.run(sent) for _ in range(OVERHEADS_KEPT // 8)))
+        after = engine.wait_budget(sent, compiles=False)
+        await engine.close()
+        return before, after, engine.start_overhead_s, engine.queue_timeout_s
+
+    before, after, overhead, floor = asyncio.run(scenario())
+    assert 0.25 <= overhead < 1.0  # 0.3 s less the fake run's own 0.01 s
+    assert after == pytest.approx(before - overhead)
+    assert after >= floor
