@@ -233,7 +233,7 @@ class Settings(BaseSettings):
         description="Longest wait for a sandbox before HTTP 504 + Retry-After; a request with "
                     "nothing to compile (an interpreted language, a compile the cache holds) "
                     "may also wait what its compile_timeout exceeds the longest extension of "
-                    "its run (cpu_share). verl gives up after compile_timeout + run_timeout + "
+                    "its run (cpu_share) and what starting a run takes now. verl gives up after compile_timeout + run_timeout + "
                     "10 s and retries only 504, so such a wait always leaves the program its "
                     "full time.")
     max_memory_mb: int = Field(
