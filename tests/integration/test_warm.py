@@ -326,6 +326,22 @@ def test_a_run_cannot_reach_its_template(warm):
     assert _run(warm, "print('next')")["run_result"]["stdout"] == "next\n"
 
 
+def test_a_template_weighs_more_on_the_cpu_than_a_run(warm):
+    """Every warm run's start waits on its template's fork: beside fork bombs, a template
+    weighted as one more run took seconds to get to it."""
+    from sandbox.engine.backends.bundle import TEMPLATE_CPU_SHARES
+    from sandbox.engine.cgroups import CGROUP_ROOT
+
+    parent = f"llm-sandbox-{WARM_INSTANCE}"
+    v1 = sorted(CGROUP_ROOT.glob(f"cpu/{parent}/template-*/cpu.shares"))
+    v2 = sorted(CGROUP_ROOT.glob(f"{parent}/template-*/cpu.weight"))
+    found = {path: int(path.read_text()) for path in v1 or v2}
+    assert found, f"no template cgroup under {CGROUP_ROOT} for {parent}"
+    default = 1024 if v1 else 100  # what a run's cgroup has (the kernel's default)
+    assert all(weight > 3 * default for weight in found.values()), found
+    assert not v1 or set(found.values()) == {TEMPLATE_CPU_SHARES}, found
+
+
 def test_a_run_that_corrupts_its_memory_leaves_the_template_intact(warm):
     code = ("import ctypes, sys\n"
             "for name in list(sys.modules):\n"

@@ -119,13 +119,18 @@ TEMPLATE_CAPABILITIES = ["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPC
 # The largest stack a sandbox gets (models.stack_limit_bytes): the address-space layout a
 # child inherits was laid out for the template's limit at its exec.
 TEMPLATE_STACK_BYTES = 256 << 20
+# A template's CPU weight beside the runs' (their cgroups are siblings; 1024 is the default,
+# crun turns it into cgroup v2's cpu.weight): every warm run's start waits on its template's
+# fork, and beside fork bombs an equal weight made that seconds. It never runs a program
+# (each child moves to its run's cgroup first), so the weight cannot be a program's.
+TEMPLATE_CPU_SHARES = 10 * 1024
 
 
 def template_config(config: dict) -> dict:
     """``config`` turned into a warm template's: root with TEMPLATE_CAPABILITIES, no seccomp
     filter of its own (each child loads the sandbox's before it runs a program, and the
-    template runs none), not the OOM killer's first choice. Still no network, a read-only
-    root and no_new_privs."""
+    template runs none), not the OOM killer's first choice, a larger CPU weight than a run's.
+    Still no network, a read-only root and no_new_privs."""
     process = config["process"]
     process["user"] = {"uid": 0, "gid": 0}
     process["capabilities"] = {kind: list(TEMPLATE_CAPABILITIES)
@@ -135,4 +140,5 @@ def template_config(config: dict) -> dict:
         {"type": "RLIMIT_STACK", "hard": TEMPLATE_STACK_BYTES, "soft": TEMPLATE_STACK_BYTES}]
     config["annotations"] = {}
     config["linux"].pop("seccomp", None)
+    config["linux"]["resources"]["cpu"]["shares"] = TEMPLATE_CPU_SHARES
     return config
