@@ -233,9 +233,9 @@ class Settings(BaseSettings):
         description="Longest wait for a sandbox before HTTP 504 + Retry-After; a request with "
                     "nothing to compile (an interpreted language, a compile the cache holds) "
                     "may also wait what its compile_timeout exceeds the longest extension of "
-                    "its run (cpu_share) and what starting a run takes now. verl gives up after compile_timeout + run_timeout + "
-                    "10 s and retries only 504, so such a wait always leaves the program its "
-                    "full time.")
+                    "its run (cpu_share) and what starting a run takes now. verl gives up "
+                    "after compile_timeout + run_timeout + 10 s and retries only 504, so such "
+                    "a wait always leaves the program its full time.")
     max_memory_mb: int = Field(
         4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
     max_timeout_s: float = Field(

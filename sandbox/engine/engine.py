@@ -109,7 +109,7 @@ class Engine:
         """Only runs that did not compile: the budget has room to give only for those (a
         compile's wait for a free compiler would count here too)."""
         run, compiled = result.run, result.compile
-        if run is None or run.status is StepStatus.ERROR or (compiled is not None and not compiled.cached):
+        if run is None or run.status is StepStatus.ERROR or (compiled and not compiled.cached):
             return
         self._overheads.append(max(0.0, took_s - run.wall_time_s))
 
