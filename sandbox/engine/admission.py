@@ -108,6 +108,10 @@ class Ticket:
         self.settled = False  # its program is done: only its removal is left (Admission.settle)
         self._cpu = RateWindow()  # of the running step
 
+    def settle(self) -> None:
+        self.settled, self.computing, self.meter = True, False, None
+        self._cpu.clear()
+
     def sample(self, now: float) -> None:
         if self.settled:
             return
@@ -255,8 +259,7 @@ class Admission:
         otherwise hold its slot through its removal (an unmount, a cgroup's removal: waits,
         not computing) and the sampler would never see it idle."""
         if ticket in self.open and not ticket.settled:
-            ticket.settled, ticket.computing, ticket.meter = True, False, None
-            ticket._cpu.clear()
+            ticket.settle()
             self._wake()
 
     def leave(self, ticket: Ticket) -> None:
