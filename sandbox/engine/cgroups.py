@@ -73,14 +73,14 @@ class CgroupMemory:
 
     def __init__(self, cgroups_path: str) -> None:
         rel = cgroups_path.lstrip("/")
-        v1 = CGROUP_ROOT / "memory" / rel
-        if v1.is_dir():
-            self._peak, self._events = str(v1 / "memory.max_usage_in_bytes"), str(v1 / "memory.oom_control")
-            self._now = str(v1 / "memory.usage_in_bytes")
+        v1 = f"{CGROUP_ROOT}/memory/{rel}"
+        if os.path.isdir(v1):
+            self._peak, self._events = f"{v1}/memory.max_usage_in_bytes", f"{v1}/memory.oom_control"
+            self._now = f"{v1}/memory.usage_in_bytes"
         else:
-            v2 = CGROUP_ROOT / rel
-            self._peak, self._events = str(v2 / "memory.peak"), str(v2 / "memory.events")
-            self._now = str(v2 / "memory.current")
+            v2 = f"{CGROUP_ROOT}/{rel}"
+            self._peak, self._events = f"{v2}/memory.peak", f"{v2}/memory.events"
+            self._now = f"{v2}/memory.current"
 
     def now(self) -> int | None:
         return _read_int(self._now)
@@ -240,14 +240,24 @@ class CgroupPerTest:
         return cgroup_memory_facts(f"{self._rel}/{self._child.name}")
 
 
-def _read_all(path: Path) -> bytes | None:
+def _read_all(path: str | Path) -> bytes | None:
+    """A whole file (cgroup.procs can hold more than a page), with plain system calls."""
     try:
-        return path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: str | Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, data)
@@ -350,55 +360,63 @@ class JobCgroup:
     """A sandbox's cgroup made by the server, not by an OCI runtime: a warm template's child
     (``backends/warm.py``) joins it before it runs anything. The same limits crun sets from a
     bundle: memory (and memory + swap = memory), CPU quota, pids. v1 or v2, as the host has.
-    Per run: cheap (~1 ms for mkdir, limits and rmdir in four v1 hierarchies)."""
+    Per run: cheap (~1 ms for mkdir, limits and rmdir in four v1 hierarchies). Its paths are
+    strings, not ``Path``s: made and read for every run, pathlib's joins cost more than the
+    files' system calls."""
 
     def __init__(self, cgroups_path: str) -> None:
         self.path = cgroups_path
         rel = cgroups_path.lstrip("/")
         tops = _job_hierarchies()
         self.v2 = tops == [CGROUP_ROOT]
-        self.folders = [top / rel for top in tops]
+        self.folders = [f"{top}/{rel}" for top in tops]
 
     def create(self, memory_bytes: int, swap_accounting: bool, cpus: float, pids: int) -> None:
         """Make the cgroup with its limits (OSError: this host's cgroups cannot be written)."""
         if self.v2:
-            parent = self.folders[0].parent
-            if not parent.is_dir():
-                parent.mkdir()
+            parent = os.path.dirname(self.folders[0])
+            if not os.path.isdir(parent):
+                os.mkdir(parent)
                 with contextlib.suppress(OSError):  # enabled already, or not ours to enable
                     _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
                 with contextlib.suppress(OSError):
-                    _write(parent / "cgroup.subtree_control", b"+cpu +memory +pids")
+                    _write(f"{parent}/cgroup.subtree_control", b"+cpu +memory +pids")
         made = []
         try:
             for folder in self.folders:
-                folder.mkdir(parents=not self.v2)
+                try:
+                    os.mkdir(folder)
+                except FileNotFoundError:  # v1: the instance's folder in this hierarchy is new
+                    if self.v2:
+                        raise
+                    os.makedirs(os.path.dirname(folder), exist_ok=True)
+                    os.mkdir(folder)
                 made.append(folder)
             quota = f"{int(cpus * 100_000)}".encode()
             memory = str(memory_bytes).encode()
             if self.v2:
                 folder = self.folders[0]
-                _write(folder / "memory.max", memory)
+                _write(f"{folder}/memory.max", memory)
                 if swap_accounting:
-                    _write(folder / "memory.swap.max", b"0")
-                _write(folder / "pids.max", str(pids).encode())
-                _write(folder / "cpu.max", quota + b" 100000")
+                    _write(f"{folder}/memory.swap.max", b"0")
+                _write(f"{folder}/pids.max", str(pids).encode())
+                _write(f"{folder}/cpu.max", quota + b" 100000")
                 return
             for top, folder in zip(_job_hierarchies(), self.folders):
                 controllers = top.name.split(",")
                 if "memory" in controllers:
-                    _write(folder / "memory.limit_in_bytes", memory)
+                    _write(f"{folder}/memory.limit_in_bytes", memory)
                     if swap_accounting:
                         with contextlib.suppress(FileNotFoundError):  # no swap accounting here
-                            _write(folder / "memory.memsw.limit_in_bytes", memory)
+                            _write(f"{folder}/memory.memsw.limit_in_bytes", memory)
                 if "pids" in controllers:
-                    _write(folder / "pids.max", str(pids).encode())
+                    _write(f"{folder}/pids.max", str(pids).encode())
                 if "cpu" in controllers:
-                    _write(folder / "cpu.cfs_quota_us", quota)
+                    _write(f"{folder}/cpu.cfs_quota_us", quota)
         except OSError:
             for folder in reversed(made):
                 with contextlib.suppress(OSError):
-                    folder.rmdir()
+                    os.rmdir(folder)
             raise
 
     def open_procs(self) -> list[int]:
@@ -407,7 +425,7 @@ class JobCgroup:
         fds: list[int] = []
         try:
             for folder in self.folders:
-                fds.append(os.open(folder / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+                fds.append(os.open(f"{folder}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             for fd in fds:
                 os.close(fd)
@@ -417,16 +435,16 @@ class JobCgroup:
     def join(self, pid: int) -> None:
         """Move process ``pid`` (one thread, nothing forked yet) into the cgroup."""
         for folder in self.folders:
-            _write(folder / "cgroup.procs", str(pid).encode())
+            _write(f"{folder}/cgroup.procs", str(pid).encode())
 
     def pids(self) -> list[int]:
-        return [int(p) for p in (_read_all(self.folders[0] / "cgroup.procs") or b"").split()]
+        return [int(p) for p in (_read_all(f"{self.folders[0]}/cgroup.procs") or b"").split()]
 
     def kill(self) -> None:
         """SIGKILL every process in the cgroup."""
         if self.v2:
             with contextlib.suppress(OSError):
-                _write(self.folders[0] / "cgroup.kill", b"1")
+                _write(f"{self.folders[0]}/cgroup.kill", b"1")
                 return
         for pid in self.pids():
             with contextlib.suppress(ProcessLookupError):
@@ -440,7 +458,7 @@ class JobCgroup:
             busy = []
             for folder in left:
                 try:
-                    folder.rmdir()
+                    os.rmdir(folder)
                 except FileNotFoundError:
                     pass
                 except OSError as exc:

@@ -406,11 +406,17 @@ def test_cells_and_commands_are_counted_and_audited(url, sbx, folder):
         sbx.commands.run(f"echo {marker}; exit 4")
     after = (counted("Success", "python"), counted("Failed", "python"), counted("Failed", "bash"))
     assert [b - a for a, b in zip(before, after)] == [1, 1, 1]
-    lines = [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()
-             if marker in line]
-    assert [(r["path"], r["language"], r["status"], r["session_id"]) for r in lines] == [
-        ("/execute", "python", "Success", sbx.sandbox_id),
-        ("/process.Process/Start", "bash", "Failed", sbx.sandbox_id)]
+    wanted = [("/execute", "python", "Success", sbx.sandbox_id),
+              ("/process.Process/Start", "bash", "Failed", sbx.sandbox_id)]
+    deadline = time.monotonic() + 10  # a writer thread writes the audit lines every 50 ms
+    while True:
+        lines = [json.loads(line) for line in (folder / "audit.jsonl").read_text().splitlines()
+                 if marker in line]
+        found = [(r["path"], r["language"], r["status"], r["session_id"]) for r in lines]
+        if found == wanted or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert found == wanted
 
 
 # Isolation and attacks, through the E2B wire

@@ -415,7 +415,7 @@ def test_a_child_the_kernel_does_not_let_move_itself_is_moved_by_the_server(dock
     from sandbox.runtimes import RuntimeRegistry
 
     def read_only(cgroup: JobCgroup) -> list[int]:
-        return [os.open(folder / "cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
+        return [os.open(f"{folder}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
                 for folder in cgroup.folders]
 
     monkeypatch.setattr(JobCgroup, "open_procs", read_only)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -163,6 +164,25 @@ def test_audit_off_writes_nothing_and_a_file_gets_one_json_line_per_record(tmp_p
     lines = path.read_text().splitlines()
     assert [json.loads(x)["n"] for x in lines] == [1, 2]
     assert json.loads(lines[0])["code_head"] == "line one\nline two"
+
+
+def test_audit_lines_reach_the_file_while_the_server_runs_not_only_at_close(tmp_path):
+    path = tmp_path / "audit.jsonl"
+    audit = AuditLog(str(path))
+    try:
+        for n in range(3):
+            audit.record({"n": n})
+        deadline = time.monotonic() + 5
+        while len(path.read_text().splitlines()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [json.loads(x)["n"] for x in path.read_text().splitlines()] == [0, 1, 2]
+        audit.record({"n": 3})
+    finally:
+        audit.close()
+    assert [json.loads(x)["n"] for x in path.read_text().splitlines()] == [0, 1, 2, 3]
+    audit.close()  # twice (atexit and the app's shutdown): nothing more, no error
+    audit.record({"n": 4})  # after close: dropped, no error
+    assert len(path.read_text().splitlines()) == 4
 
 
 def test_audit_file_that_cannot_be_opened_stops_start_up_with_the_reason(tmp_path):
