@@ -255,9 +255,9 @@ class AuditLog:
 
     ``record`` only appends the line to a list; a writer thread writes what has gathered every
     ``FLUSH_S`` in one write, so a slow stdout pipe or disk never holds up the event loop, and
-    a request costs no thread wake-up (a queue handing each line to a waiting thread cost ~6%
-    of the server's CPU at 150 requests/s). A file is reopened when logrotate moves it
-    (WatchedFileHandler); ``close`` writes what is left."""
+    a request wakes no thread (handing each line through a queue to a waiting thread was ~6%
+    of the server's time holding the GIL at 150 requests/s). A file is reopened when logrotate
+    moves it (WatchedFileHandler); ``close`` writes what is left."""
 
     FLUSH_S = 0.05
 
