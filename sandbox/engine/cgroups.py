@@ -241,20 +241,12 @@ class CgroupPerTest:
 
 
 def _read_all(path: str | Path) -> bytes | None:
-    """A whole file (cgroup.procs can hold more than a page), with plain system calls."""
+    """A whole file (cgroup.procs can hold more than a page), unbuffered."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        with open(path, "rb", buffering=0) as file:
+            return file.readall()
     except OSError:
         return None
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _write(path: str | Path, data: bytes) -> None:

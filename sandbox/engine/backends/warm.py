@@ -388,7 +388,7 @@ class ImageTemplates:
         # Only the packages some template lacks can change the choice: those are looked for,
         # first as plain substrings (a regex over every package cost ~28 us per program, this ~2).
         self._tops = [top_level_names(t.modules) for t in templates]
-        self._deciding = sorted(set().union(*self._tops) - set.intersection(*map(set, self._tops))
+        self._deciding = sorted(set().union(*self._tops) - set.intersection(*self._tops)
                                 ) if self._tops else []
         self._named = re.compile(r"\b(" + "|".join(map(re.escape, self._deciding)) + r")\b")
 
