@@ -2,11 +2,12 @@
 head and two worker nodes that carry the ``sandbox`` resource, each worker with its own replica
 on the oci backend (its own instance), deployed by ``sandbox ray deploy``. Requests enter
 through Ray Serve's proxy, through HAProxy in front of it (deploy/haproxy/ray.cfg) or the handle
-API (``sandbox.ray.Sandbox``); one node is killed under load and another added."""
+API (``sandbox.ray.Sandbox``, from a Ray driver in a process of its own: ray_driver.py); one node
+is killed under load and another added."""
 
 from __future__ import annotations
 
-import asyncio
+import json
 import os
 import re
 import socket
@@ -15,6 +16,7 @@ import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 import requests
@@ -33,7 +35,7 @@ except ImportError as missing:  # CI installs it ('.[test]'): there a missing Ra
 
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from sandbox.client import SandboxClient, SandboxRequestRejected, SandboxSessionLost  # noqa: E402
+from sandbox.client import SandboxClient, SandboxSessionLost  # noqa: E402
 from sandbox.ray.replica import addressed_to  # noqa: E402
 from ..conftest import (REPO_ROOT, _free_port, assert_nothing_left, missing_haproxy_tools,  # noqa: E402
                         running_server, start_dnsmasq)
@@ -42,6 +44,7 @@ from ..verl_support import load_check_correctness  # noqa: E402
 pytestmark = [pytest.mark.docker, pytest.mark.multinode]
 
 TIMEOUT = 120
+DRIVER = Path(__file__).parent / "ray_driver.py"
 COUNTER = "n = globals().get('n', 0) + 1\nprint(n)"
 SANDBOX_NODE = {"num_cpus": 1, "resources": {"sandbox": 1}, "node_ip_address": "127.0.0.1"}
 
@@ -56,14 +59,22 @@ def cluster(oci_server):
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "node_ip_address": "127.0.0.1", "include_dashboard": False})
     workers = [cluster.add_node(**SANDBOX_NODE) for _ in range(2)]
-    ray.init(address=cluster.address, log_to_driver=False)
+    # No ray.init here: the driver's side runs in a process of its own (ray_driver.py).
     yield cluster, workers
-    ray.shutdown()
-    for node in list(cluster.worker_nodes):
-        cluster.remove_node(node)
-    # remove_node refuses the head the driver process started (it checks the driver's node
-    # even after ray.shutdown()): its processes go the same way.
-    cluster.head_node.kill_all_processes(check_alive=False, allow_graceful=True)
+    cluster.shutdown()
+
+
+def _driver(cluster, scenario: str) -> dict:
+    """A scenario of ray_driver.py (a Ray driver in a process of its own): its last line."""
+    done = subprocess.run([sys.executable, str(DRIVER), cluster[0].address, scenario],
+                          cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _replicas(cluster) -> dict[str, str]:
+    """The running sandbox replicas: name -> node id (``sandbox.ray.replicas``)."""
+    return _driver(cluster, "replicas")["replicas"]
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +95,7 @@ def deployed(cluster, tmp_path_factory):
     instances = set()
     try:
         yield url
-        from sandbox.ray import replicas
-        instances = {_instance(node) for node in replicas().values()}
+        instances = {_instance(node) for node in _replicas(cluster).values()}
     finally:
         stop = subprocess.run([sys.executable, "-m", "sandbox", "ray", "stop", "--address",
                                ray_cluster.address], env=env, cwd=REPO_ROOT,
@@ -164,10 +174,8 @@ def _runs_counted(metrics: str) -> float:
         r'^sandbox_requests_total\{language="python",status="Success"\} (\S+)$', metrics, re.M))
 
 
-def test_requests_spread_over_every_node_and_each_counts_its_own(deployed):
-    from sandbox.ray import replicas
-
-    running = replicas()
+def test_requests_spread_over_every_node_and_each_counts_its_own(cluster, deployed):
+    running = _replicas(cluster)
     assert len(running) == 2 and len(set(running.values())) == 2, running  # one per node
 
     def one(i: int) -> str:
@@ -216,7 +224,7 @@ def test_fifty_sessions_every_call_on_its_owner(deployed):
         assert answered_by <= {session_id.rsplit("-", 1)[0]}  # the owner answered every call
 
 
-def test_e2b_sandboxes_at_the_one_url(deployed, monkeypatch):
+def test_e2b_sandboxes_at_the_one_url(cluster, deployed, monkeypatch):
     """E2B's SDK pointed at Ray Serve's proxy, which routes by `x-session-id` only: a call that
     reaches a replica not holding its sandbox (about half) is re-sent to the owner through
     Serve's router, its answer streamed back as it is made."""
@@ -251,11 +259,9 @@ def test_e2b_sandboxes_at_the_one_url(deployed, monkeypatch):
             Sandbox.connect(sandbox.sandbox_id)
         return sandbox.sandbox_id
 
-    from sandbox.ray import replicas
-
     def resent() -> float:
         return sum(_counter(_replica_metrics(deployed, r), "sandbox_calls_resent_total")
-                   for r in replicas())
+                   for r in _replicas(cluster))
 
     before = resent()
     ids = []
@@ -331,12 +337,10 @@ def _compile_counts(url: str, replica: str) -> dict:
     return answer.json()["compile_cache"]
 
 
-def test_a_programs_ten_tests_as_ten_requests_compile_once_in_the_cluster(deployed):
+def test_a_programs_ten_tests_as_ten_requests_compile_once_in_the_cluster(cluster, deployed):
     """verl sends a C++ program's tests as separate requests, all at once: they land on both
     nodes, and the program is compiled once (the cluster's shared compile cache)."""
-    from sandbox.ray import replicas
-
-    running = sorted(replicas())
+    running = sorted(_replicas(cluster))
     before = {name: _compile_counts(deployed, name) for name in running}
     code = SUM_CPP % time.time_ns()  # a program no replica has seen
 
@@ -356,33 +360,13 @@ def test_a_programs_ten_tests_as_ten_requests_compile_once_in_the_cluster(deploy
     assert set(answered_by) == set(running), answered_by  # both nodes ran some of the tests
 
 
-def test_handle_api_evaluates_a_batch_and_keeps_sessions(deployed):
-    from sandbox.ray import Sandbox
-
-    async def scenario():
-        sandbox = Sandbox()
-        tests = [{"stdin": f"{a} {b}\n", "expected_output": f"{a + b}\n"} for a, b in ((1, 2), (5, 8))]
-        batch = [{"language": "python", "tests": tests,
-                  "code": "a, b = map(int, input().split())\nprint(a + b" + (")" if i % 2 else " + 1)")}
-                 for i in range(8)]
-        results = await sandbox.evaluate_batch(batch)
-        assert [r["accepted"] for r in results] == [bool(i % 2) for i in range(8)]
-        # A batch travels in chunks (handle calls of batch_chunk requests): 3 + 3 + 2 here.
-        chunked = Sandbox(batch_chunk=3)
-        ran = await chunked.run_code_batch([{"language": "python", "code": f"print({i} * 2)"}
-                                            for i in range(8)])
-        assert [r["run_result"]["stdout"] for r in ran] == [f"{i * 2}\n" for i in range(8)]
-        with pytest.raises(SandboxRequestRejected):  # a refused request fails its batch
-            await chunked.run_code_batch([{"language": "python", "code": "print(1)"},
-                                          {"language": "cobol", "code": "x"}])
-        made = await sandbox.create_session({"language": "python"})
-        for n in range(1, 4):
-            ran = await sandbox.run_in_session(made["session_id"], {"language": "python",
-                                                                    "code": COUNTER})
-            assert ran["run_result"]["stdout"] == f"{n}\n"
-        await sandbox.delete_session(made["session_id"])
-
-    asyncio.run(scenario())
+def test_handle_api_evaluates_a_batch_and_keeps_sessions(cluster, deployed):
+    ran = _driver(cluster, "handle-api")  # ray_driver.py: what each step answered
+    assert ran["accepted"] == [bool(i % 2) for i in range(8)]
+    # A batch travels in chunks (handle calls of batch_chunk requests): 3 + 3 + 2 there.
+    assert ran["chunked"] == [f"{i * 2}\n" for i in range(8)]
+    assert ran["refused"] == 422  # a refused request fails its batch
+    assert ran["in_session"] == ["1\n", "2\n", "3\n"]  # a session keeps its state
 
 
 def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffic(
@@ -391,10 +375,8 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
     whose replica dies are sent again (counted); sessions on the dead node answer 410 while
     the others keep working; the replica Serve could not place waits for a node, and the node
     added takes traffic."""
-    from sandbox.ray import Sandbox, replicas
-
     ray_cluster, workers = cluster
-    before = replicas()
+    before = _replicas(cluster)
     doomed_node = workers[0].node_id
     doomed = next(name for name, node in before.items() if node == doomed_node)
     survivor = next(name for name in before if name != doomed)
@@ -437,31 +419,31 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
 
             retries_before = int(_haproxy_backend(stats_url)["wretr"])
 
-            async def load() -> tuple[list[dict], int, list[tuple[int, str]], list[tuple[int, str]]]:
-                # The survivor is full once the node is gone: a 504 is retried, as verl does.
-                sandbox = Sandbox(retries=6)
-                # Each sleeps past the kill: every call is in flight when the node dies.
-                calls = [sandbox.run_code({"language": "python", "run_timeout": 20,
-                                           "code": f"import time\ntime.sleep(3)\nprint({i})"})
-                         for i in range(24)]
-                # And a batch, in chunks of 2: a chunk whose replica dies is sent again whole.
-                calls.append(Sandbox(retries=6, batch_chunk=2).run_code_batch(
-                    [{"language": "python", "run_timeout": 20,
-                      "code": f"import time\ntime.sleep(3)\nprint({i})"} for i in range(24, 30)]))
-                loop = asyncio.get_running_loop()
+            # Through the handle API, from a Ray driver of its own (ray_driver.py): 24 calls and
+            # a batch of 6 in chunks of 2, each sleeping past the kill.
+            driver_log = tmp_path / "driver.log"
+            with open(driver_log, "w") as log:
+                driver = subprocess.Popen(
+                    [sys.executable, str(DRIVER), ray_cluster.address, "sleepers-under-a-kill"],
+                    cwd=REPO_ROOT, text=True, stdout=subprocess.PIPE, stderr=log)
+            try:
                 with ThreadPoolExecutor(32) as threads:  # every call at once, and the killer
-                    http_calls = [loop.run_in_executor(threads, over_http, i) for i in range(8)]
-                    proxied = [loop.run_in_executor(threads, over_haproxy, i) for i in range(12)]
-                    killer = loop.run_in_executor(threads, _kill_after, ray_cluster, workers[0], 1.5)
-                    results = await asyncio.gather(*calls)
-                    await killer
-                    return (results, sandbox.retried, await asyncio.gather(*http_calls),
-                            await asyncio.gather(*proxied))
-
-            results, retried, http_answers, proxied_answers = asyncio.run(load())
-            results = results[:24] + results[24]
-            assert [r["run_result"]["stdout"] for r in results] == [f"{i}\n" for i in range(30)]
-            assert retried > 0  # the calls in flight on the dead node were sent again
+                    sent = threads.submit(driver.stdout.readline).result(timeout=120)
+                    assert json.loads(sent or "{}").get("event") == "sent", driver_log.read_text()
+                    http_calls = [threads.submit(over_http, i) for i in range(8)]
+                    proxied = [threads.submit(over_haproxy, i) for i in range(12)]
+                    threads.submit(_kill_after, ray_cluster, workers[0], 1.5).result()
+                    http_answers = [call.result() for call in http_calls]
+                    proxied_answers = [call.result() for call in proxied]
+                out, _ = driver.communicate(timeout=300)
+            finally:
+                if driver.poll() is None:
+                    driver.kill()
+                    driver.wait()
+            assert driver.returncode == 0, driver_log.read_text()[-3000:]
+            ran = json.loads(out.splitlines()[-1])
+            assert ran["stdout"] == [f"{i}\n" for i in range(30)]
+            assert ran["retried"] > 0  # the calls in flight on the dead node were sent again
             # Through HAProxy (deploy/haproxy/ray.cfg) every call answers right: those that ran
             # on the dead node were sent again, which HAProxy counted.
             assert proxied_answers == [(200, f"{i}\n") for i in range(12)], proxied_answers
@@ -489,10 +471,10 @@ def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffi
         # Serve keeps two replicas wanted: the second waits for a sandbox node, and takes one added.
         added = ray_cluster.add_node(**SANDBOX_NODE)
         deadline = time.monotonic() + 120
-        while added.node_id not in replicas().values():
-            assert time.monotonic() < deadline, f"no replica on the added node: {replicas()}"
+        while added.node_id not in (running := _replicas(cluster)).values():
+            assert time.monotonic() < deadline, f"no replica on the added node: {running}"
             time.sleep(1)
-        newcomer = next(name for name, node in replicas().items() if node == added.node_id)
+        newcomer = next(name for name, node in running.items() if node == added.node_id)
         with ThreadPoolExecutor(8) as pool:
             answered_by = list(pool.map(lambda i: requests.post(f"{deployed}/run_code", json={
                 "language": "python", "code": f"print({i})"}, timeout=TIMEOUT).headers["x-sandbox-replica"],
