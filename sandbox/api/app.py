@@ -21,7 +21,7 @@ from ..engine.compile_cache import CompileCache
 from ..engine.instance_lock import InstanceLock
 from ..engine.backends import Backend, BackendError
 from ..engine.backends.select import choose_backend, make_docker
-from ..runtimes import RuntimeRegistry
+from ..runtimes import RuntimeRegistry, RuntimeSpec
 from .assets import ASSETS_PATH, asset_router
 from .auth import require_api_key
 from .e2b import ReachE2bOwner, authenticates_itself, error_body, install_e2b
@@ -82,6 +82,18 @@ def served_registry(registry: RuntimeRegistry, backend: Backend) -> RuntimeRegis
     return registry if problem is None else registry.without_gpus(problem)
 
 
+def probe_languages(registry: RuntimeRegistry, missing: list[str]) -> list[RuntimeSpec]:
+    """The languages whose smoke tests try the backend at start-up: the first, and one with
+    another image, tried only when the first fails, to tell one broken image from a broken
+    backend. Never a GPU language (its sandbox needs a GPU) or an image not built."""
+    chosen: list[RuntimeSpec] = []
+    for spec in registry.runnable:
+        if not spec.gpu and spec.image not in missing and \
+                all(spec.image != other.image for other in chosen):
+            chosen.append(spec)
+    return chosen[:2]
+
+
 def create_app(settings: Settings | None = None, backend: Backend | None = None) -> FastAPI:
     settings = settings or get_settings()
     all_languages = RuntimeRegistry.load(settings.runtimes_dir)
@@ -111,14 +123,18 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             if missing:
                 log.warning("images not built: %s; run `make images` (their languages answer "
                             "SandboxError until then)", ", ".join(missing))
-            # A GPU language's sandbox needs a GPU: not the one to try the backend with.
-            probe_spec = next((s for s in registry.runnable if not s.gpu and s.image not in missing),
-                              None)
+            probes = probe_languages(registry, missing)
             warm = False
-            if engine.backend.name == "oci" and probe_spec is None:
+            if engine.backend.name == "oci" and not probes:
                 log.error("no language image is built; run `make images`")
             elif engine.backend.name == "oci":
-                problem = await engine.probe(probe_spec)
+                problem = await engine.probe(probes[0])
+                if problem and len(probes) > 1 and await engine.probe(probes[1]) is None:
+                    # One image is broken, not the backend: every other language keeps it.
+                    log.error("%s; the oci backend works (%s passed its smoke test): rebuild "
+                              "that image (`make images LANGS=%s`)", problem, probes[1].language,
+                              probes[0].language)
+                    problem = None
                 if problem and backend is None and settings.backend == "auto":
                     log.warning("oci backend failed its probe (%s); using the docker backend", problem)
                     failed_backend, engine.backend = engine.backend, make_docker(settings)

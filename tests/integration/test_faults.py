@@ -247,6 +247,27 @@ def test_falling_back_to_docker_leaves_nothing_of_the_oci_backend(docker_ready, 
         assert answer.json()["run_result"]["stdout"] == "1\n", answer.text
 
 
+def test_one_broken_image_does_not_send_every_language_to_docker(docker_ready, tmp_path):
+    """backend=auto, the first language's image failing its smoke test while the OCI runtime
+    works: a second image's smoke test passes, so the server stays on the oci backend for every
+    language and says which image to rebuild. (The emulated cgroup v2 VM, with stand-in images,
+    once served everything through Docker for one image's sake.)"""
+    runtimes = tmp_path / "runtimes"
+    runtimes.mkdir()
+    bash = (REPO_ROOT / "runtimes" / "bash.toml").read_text()
+    assert 'stdout = "OK\\n"' in bash
+    # bash sorts first and is probed first: its image "prints the wrong thing".
+    (runtimes / "bash.toml").write_text(bash.replace('stdout = "OK\\n"', 'stdout = "not this\\n"'))
+    shutil.copy(REPO_ROOT / "runtimes" / "python.toml", runtimes)
+    with running_server(tmp_path, backend="auto", runtimes_dir=runtimes) as url:
+        assert requests.get(f"{url}/readyz", timeout=30).json()["backend"].startswith("oci")
+        answer = requests.post(f"{url}/run_code", timeout=60, json={"code": "print(1)", "language": "python"})
+        assert answer.json()["run_result"]["stdout"] == "1\n", answer.text
+    log = "".join(path.read_text() for path in tmp_path.glob("server-*.log"))
+    assert "bash smoke test" in log and "make images LANGS=bash" in log, log[-3000:]
+    assert "using the docker backend" not in log
+
+
 def test_readyz_says_so_while_the_oci_backend_cannot_run_programs(docker_ready, tmp_path):
     """A server whose backend fails its start-up check is not ready until the check passes."""
     wrapper, broken = _breakable_crun(tmp_path)
