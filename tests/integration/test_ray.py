@@ -40,12 +40,12 @@ from sandbox.ray.replica import addressed_to  # noqa: E402
 from ..conftest import (REPO_ROOT, _free_port, assert_nothing_left, missing_haproxy_tools,  # noqa: E402
                         running_server, start_dnsmasq)
 from ..verl_support import load_check_correctness  # noqa: E402
+from .ray_driver import COUNTER  # noqa: E402 - a session's state: its call count
 
 pytestmark = [pytest.mark.docker, pytest.mark.multinode]
 
 TIMEOUT = 120
 DRIVER = Path(__file__).parent / "ray_driver.py"
-COUNTER = "n = globals().get('n', 0) + 1\nprint(n)"
 SANDBOX_NODE = {"num_cpus": 1, "resources": {"sandbox": 1}, "node_ip_address": "127.0.0.1"}
 
 
