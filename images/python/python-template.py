@@ -225,8 +225,11 @@ class Template:
         channel = socket.socket(fileno=fds[3])
         check(libc.unshare(CLONE_NEWPID), "unshare a PID namespace")
         try:
+            # Each run's processes in a session of their own (as a cold run's container is):
+            # kill(0) and killpg() reach a process group whatever the PID namespace, and
+            # every run runs as the same user, so in our session one run could kill another's.
             init = os.posix_spawn(INIT, [INIT, "--reap-only"],
-                                  {}, setsigdef=DEFAULT_SIGNALS)
+                                  {}, setsigdef=DEFAULT_SIGNALS, setsid=True)
             try:
                 pid = os.fork()
             except OSError:
@@ -265,6 +268,7 @@ class Template:
 
     # --- the child: PID 2 of its own namespace, root until it drops ---
     def child(self, request: dict, fds: list[int]) -> None:
+        os.setsid()  # out of the template's process group (see start)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         stdin, stdout, stderr, channel_fd, tree, *cgroup_procs = fds

@@ -30,6 +30,11 @@ STARTUP_HANDLERS = {_signal.SIGINT: _signal.default_int_handler, _signal.SIGPIPE
 CATCHABLE = (_signal.SIGHUP, _signal.SIGINT, _signal.SIGQUIT, _signal.SIGTERM, _signal.SIGUSR1,
              _signal.SIGUSR2, _signal.SIGALRM, _signal.SIGPIPE, _signal.SIGXFSZ)
 FD_BYTES = array.array("i").itemsize
+# The names `python3 script` puts in __main__ before the script's first line, in their order,
+# as the running script's own __main__ has them (3.13: `__annotations__` among them, so that a
+# script may name it unannotated; a program that lists globals() sees the same keys).
+MAIN_NAMES = [name for name in vars(sys.modules["__main__"])
+              if name.startswith("__") and name.endswith("__")]
 
 
 def exit_code(code) -> int:
@@ -124,9 +129,13 @@ def run_script(script: str) -> int:
     """What `python3 script` does with the script: run it as a fresh __main__ module."""
     with open(script, "rb") as source:
         code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
-    main = types.ModuleType("__main__")
-    main.__file__, main.__cached__, main.__builtins__ = script, None, builtins
-    main.__loader__ = _frozen_importlib_external.SourceFileLoader("__main__", script)
+    main = types.ModuleType("__main__")  # __name__, __doc__, __package__, __loader__, __spec__
+    fresh = {"__loader__": _frozen_importlib_external.SourceFileLoader("__main__", script),
+             "__annotations__": {}, "__builtins__": builtins, "__file__": script,
+             "__cached__": None}
+    for name in dict.fromkeys([*MAIN_NAMES, *fresh]):  # in start-up's order, then the rest
+        if name in fresh:
+            setattr(main, name, fresh[name])
     sys.modules["__main__"] = main
     RECURSION.level(code, main.__dict__)
     return 0

@@ -23,6 +23,7 @@ from sandbox.config import REPO_ROOT
 from tests.conftest import _oci_problem, running_server
 from tests.integration.programs import PROGRAMS
 from tests.integration.sandboxfusion_cases import CASES
+from tests.security.test_hostile import assert_process_group_signals_stay_in_their_run
 
 pytestmark = pytest.mark.skipif(bool(_oci_problem()), reason="warm templates need the oci backend")
 
@@ -100,6 +101,7 @@ SEMANTICS = {
                 "print(os.getpid(), os.getuid(), os.getgid(), os.getgroups())",
     "main_module": "import __main__\nprint(type(__main__.__loader__).__name__, __main__.__loader__.name,"
                    " __main__.__spec__, __package__, __doc__, __cached__)",
+    "main_globals": "print(list(globals()), __annotations__)",
     "traceback": "def f():\n    raise ValueError('boom')\nprint('before')\nf()",
     "syntax_error": "print('x'\n",
     "exit_code": "import sys\nprint('bye')\nsys.exit(3)",
@@ -283,6 +285,11 @@ def test_two_runs_at_once_cannot_see_each_other(warm):
     # Its own PID namespace: its PID 1 (sandbox-init) and itself, nothing of the other run's.
     assert out[1] == "[1, 2]", out
     assert "sleep" not in out[2] and "python-template" not in out[2], out
+
+
+def test_a_run_cannot_signal_another_run_through_its_process_group(warm):
+    assert_process_group_signals_stay_in_their_run(
+        lambda code, language, **body: _run(warm, code, **body))
 
 
 def test_a_run_cannot_reach_its_template(warm):

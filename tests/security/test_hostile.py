@@ -5,6 +5,8 @@ Runs once per backend (the ``run`` fixture is parametrised by backend in conftes
 from __future__ import annotations
 
 import base64
+import concurrent.futures
+import signal
 
 import pytest
 import requests
@@ -261,6 +263,37 @@ def test_signalling_pid_1_cannot_change_the_verdict(run, backend_name, still_ali
     if backend_name == "oci":  # sandbox-init ignores them all: the program's own exit stands
         assert result["run_result"]["return_code"] == 3
         assert result["run_result"]["stdout"] == "still here\n"
+
+
+def test_signalling_its_process_group_cannot_reach_another_run(run, still_alive):
+    """Signals across runs: kill(0) and killpg() reach every process of the caller's process
+    group in any PID namespace, and every run runs as the same user, so a run that shared a
+    process group with another (two forks of one warm template did) could kill it."""
+    assert_process_group_signals_stay_in_their_run(run)
+
+
+def assert_process_group_signals_stay_in_their_run(run) -> None:
+    """A run that signals its own process group while another sleeps: the other lives on."""
+    victim = ("import time\nstart = time.time()\ntime.sleep(%s)\n"
+              "print('alive', start, time.time())" % scaled(3))
+    attacker = ("import os, signal, time\ntime.sleep(%s)\nprint(time.time(), flush=True)\n"
+                "for send in (lambda: os.killpg(os.getpgrp(), signal.SIGTERM),\n"
+                "             lambda: os.kill(0, signal.SIGKILL)):\n"
+                "    try:\n"
+                "        send()\n"
+                "    except OSError as e:\n"
+                "        print('refused', e.errno, flush=True)\n" % scaled(1))
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        victim_result = pool.submit(run, victim, "python", run_timeout=scaled(10))
+        attacker_result = pool.submit(run, attacker, "python", run_timeout=scaled(10)).result()
+        victim_result = victim_result.result()
+    assert victim_result["run_result"]["return_code"] == 0, (victim_result, attacker_result)
+    _, start, end = victim_result["run_result"]["stdout"].split()
+    fired = float(attacker_result["run_result"]["stdout"].split()[0])
+    # Only meaningful while the victim ran: its sleep spans the attacker's signals.
+    assert float(start) < fired < float(end), (victim_result, attacker_result)
+    # Its own group got them: the SIGTERM ends it.
+    assert attacker_result["run_result"]["return_code"] == -signal.SIGTERM, attacker_result
 
 
 def test_a_sandbox_sees_only_its_own_cgroup(run, still_alive):
