@@ -51,19 +51,26 @@ def exit_code(code) -> int:
 
 
 def fresh_stdio() -> None:
-    """New sys.stdin/stdout/stderr on fds 0-2, made as the interpreter makes them at start-up:
-    the zygote's own were made for /dev/null, and a file object's idea of its position must
-    not come from another file."""
-    def reopen(fd: int, old, mode: str):
-        raw = io.FileIO(fd, mode, closefd=False)
-        unbuffered = mode == "w" and bool(os.environ.get("PYTHONUNBUFFERED"))  # or -u
-        buffer = raw if unbuffered else (io.BufferedWriter(raw) if mode == "w" else io.BufferedReader(raw))
-        return io.TextIOWrapper(buffer, encoding=old.encoding, errors=old.errors,
-                                line_buffering=old.line_buffering, write_through=unbuffered)
+    """New sys.stdin/stdout/stderr on fds 0-2, made as the interpreter makes them at start-up
+    (CPython's create_stdio: named "<stdin>"..., a `mode`, lines split at "\\n" only, so that
+    a "\\r\\n" on stdin reaches the program as it was sent): the zygote's own were made for
+    /dev/null, and a file object's idea of its position must not come from another file."""
+    buffered = not os.environ.get("PYTHONUNBUFFERED")  # or -u
 
-    sys.stdin = sys.__stdin__ = reopen(0, sys.__stdin__, "r")
-    sys.stdout = sys.__stdout__ = reopen(1, sys.__stdout__, "w")
-    sys.stderr = sys.__stderr__ = reopen(2, sys.__stderr__, "w")
+    def reopen(fd: int, old, name: str, write: bool):
+        buffer = io.open(fd, "wb" if write else "rb", buffering=-1 if buffered or not write else 0,
+                         closefd=False)
+        raw = buffer if isinstance(buffer, io.FileIO) else buffer.raw
+        raw.name = name
+        stream = io.TextIOWrapper(buffer, encoding=old.encoding, errors=old.errors, newline="\n",
+                                  line_buffering=buffered and (fd == 2 or raw.isatty()),
+                                  write_through=not buffered)
+        stream.mode = "w" if write else "r"
+        return stream
+
+    sys.stdin = sys.__stdin__ = reopen(0, sys.__stdin__, "<stdin>", False)
+    sys.stdout = sys.__stdout__ = reopen(1, sys.__stdout__, "<stdout>", True)
+    sys.stderr = sys.__stderr__ = reopen(2, sys.__stderr__, "<stderr>", True)
 
 
 class RecursionLevel:
@@ -178,9 +185,10 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     atexit = sys.modules.get("atexit")
     if atexit is not None:
         atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr):  # as interpreter exit does: a closed one is left
         try:
-            stream.flush()
+            if stream is not None and not getattr(stream, "closed", False):
+                stream.flush()
         except Exception:  # noqa: BLE001 - e.g. the output cap: EFBIG
             code = code or 120
     if code == -_signal.SIGINT:

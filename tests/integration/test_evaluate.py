@@ -297,6 +297,10 @@ def test_python_tests_run_like_python3(evaluate):
              "except RecursionError:\n    print(n)\ndef g():\n    g()\ng()")
     deep = evaluate(depth, "python", [{"expected_output": "999"}])["tests"][0]
     assert deep["stdout"] == "999\n" and "[Previous line repeated 996 more times]" in deep["stderr"]
+    # stdin as sent: lines split at "\n" only, as python3 reads them ("\r\n" test data).
+    crlf = evaluate("import sys\nprint(repr(input()), repr(sys.stdin.read()), sys.stdin.name)",
+                    "python", [{"stdin": "a\r\nb\rc", "expected_output": "'a\\r' 'b\\rc' <stdin>"}])
+    assert crlf["accepted"] is True, crlf["tests"][0]
 
 
 def test_a_python_test_with_its_own_module_named_like_one_the_zygote_imported_imports_its_own(evaluate):

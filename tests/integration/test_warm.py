@@ -112,6 +112,12 @@ SEMANTICS = {
     "sigkill_self": "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nprint('alive')",
     "segfault": "import ctypes\nctypes.string_at(0)",
     "stdin_all": "import sys\nprint(sys.stdin.read()[::-1])",
+    # Lines split at "\n" only: a "\r\n" (Windows-made test data) reaches input() as sent.
+    "stdin_crlf": "import sys\nprint(repr(input()), repr(sys.stdin.read()))",
+    "stdio_objects": "import sys\nfor s in (sys.stdin, sys.stdout, sys.stderr):\n"
+                     "    print(s.mode, s.name, s.buffer.name, type(s.buffer).__name__, s.newlines,"
+                     " s.line_buffering, s.write_through, s.encoding, s.errors)",
+    "stdout_closed": "import sys\nprint('a')\nsys.stdout.close()\nprint('b', file=sys.stderr)",
     "input_eof": "input()",
     "unflushed": "import sys\nsys.stdout.write('no newline')",
     "stderr": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')",
@@ -173,6 +179,8 @@ def _body_for(name: str) -> dict:
         return body
     if name == "stdin_all" or name.endswith("sum_stdin"):
         return {"stdin": "3 4\n"}
+    if name == "stdin_crlf":
+        return {"stdin": "a b\r\nc\rd\r\n"}
     if name.endswith("files"):
         import base64
         return {"files": {"data/in.txt": base64.b64encode(b"some text").decode()},
