@@ -13,10 +13,12 @@ already loaded are imported here.
 
 import _signal
 import _socket
+import _weakref
 import _frozen_importlib_external  # importlib.machinery's loaders, loaded at start-up
 import array
 import builtins
 import ctypes
+import gc
 import io
 import os
 import resource
@@ -148,6 +150,51 @@ def run_script(script: str) -> int:
     return 0
 
 
+def flush_stdio(code: int) -> int:
+    """As interpreter exit flushes sys.stdout and sys.stderr (a closed one is left)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None and not getattr(stream, "closed", False):
+                stream.flush()
+        except Exception:  # noqa: BLE001 - e.g. the output cap: EFBIG
+            code = code or 120
+    return code
+
+
+def finalize_main() -> None:
+    """What interpreter exit does to the program's own objects (CPython's finalize_modules,
+    for __main__, the one module of the program's the template does not also hold): sys's
+    streams restored, the module let go and the cycle collector run, so that the program's
+    __del__ methods, its generators' finally blocks and the flush of a file it wrote and never
+    closed happen as after `python3 script` (then fetched, the file has its content); globals
+    of a module something still holds are set to None as CPython does, underscored names
+    first. Not while another thread runs Python: interpreter exit stops those first, and one
+    would see its globals go. The template's modules stay as they are (clearing them would
+    copy their pages): a program's objects kept in them are not finalized."""
+    if len(sys._current_frames()) > 1:
+        return
+    for name in ("path", "argv", "ps1", "ps2", "last_exc", "last_type", "last_value",
+                 "last_traceback"):
+        setattr(sys, name, None)
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
+    main = sys.modules.pop("__main__", None)
+    if main is None:
+        return
+    alive = _weakref.ref(main)
+    del main
+    gc.collect()
+    if alive() is None:
+        return
+    namespace = alive().__dict__
+    for underscored in (True, False):
+        for name in list(namespace):
+            if (isinstance(name, str) and namespace.get(name) is not None and name != "__builtins__"
+                    and (not underscored or (name[:1] == "_" and name[1:2] != "_"))):
+                namespace[name] = None
+    del namespace
+    gc.collect()
+
+
 def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     """In the child: become `python3 argv...` on the test's files, then exit."""
     for target, fd in enumerate(fds):
@@ -185,12 +232,9 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     atexit = sys.modules.get("atexit")
     if atexit is not None:
         atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):  # as interpreter exit does: a closed one is left
-        try:
-            if stream is not None and not getattr(stream, "closed", False):
-                stream.flush()
-        except Exception:  # noqa: BLE001 - e.g. the output cap: EFBIG
-            code = code or 120
+    code = flush_stdio(code)
+    finalize_main()
+    code = flush_stdio(code)
     if code == -_signal.SIGINT:
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         os.kill(os.getpid(), _signal.SIGINT)

@@ -122,6 +122,21 @@ SEMANTICS = {
     "unflushed": "import sys\nsys.stdout.write('no newline')",
     "stderr": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')",
     "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
+    # At exit the program's objects are finalized: __del__, a generator's finally, the flush
+    # of a file it never closed (fetched after the run). Where several wait, the order they
+    # run in is the cycle collector's (cold: a program's import history moves it), not tested.
+    "finalizer": "class A:\n    def __del__(self):\n        print('del')\na = A()\nprint('main')",
+    "generator_finally": "def gen():\n    try:\n        yield 1\n    finally:\n"
+                         "        print('finally')\ng = gen()\nnext(g)\nprint('main')",
+    # A daemon thread still running at exit: stopped, not shown its globals going.
+    "daemon_thread_at_exit": "import threading, time\ncount = 0\ndef spin():\n    global count\n"
+                             "    while True:\n        time.sleep(0.001)\n        count += 1\n"
+                             "threading.Thread(target=spin, daemon=True).start()\n"
+                             "time.sleep(0.05)\nprint('main')",
+    "unclosed_files": "f = open('out.txt', 'w')\nf.write('never closed')\nprint('done')",
+    "finalizer_with_sys_exit": "import sys\nclass A:\n    def __del__(self):\n"
+                               "        print('del', sys.argv, sys.stdout is sys.__stdout__)\n"
+                               "a = A()\nimport io\nsys.stdout = io.StringIO()\nsys.exit(2)",
     "thread": "import threading, time\n"
               "t = threading.Thread(target=lambda: (time.sleep(0.2), print('thread done')))\n"
               "t.start()\nprint('main done')",
