@@ -72,6 +72,13 @@ HELLO = {
     "go": 'package main\nimport "fmt"\nfunc main() { fmt.Println("hello") }',
     "rust": 'fn main() { println!("hello"); }',
     "sql": "SELECT 'hello';",
+    # Interpreters a warm template could serve as it does Python (issue #28): what they cost.
+    "ruby": 'puts "hello"',
+    "R": 'cat("hello\\n")',
+    "julia": 'println("hello")',
+    "lua": 'print("hello")',
+    "perl": 'print "hello\\n";',
+    "php": '<?php echo "hello\\n";',
 }
 SUM = {  # verl-like: read two numbers, print their sum
     "python": "a, b = map(int, input().split())\nprint(a + b)",
@@ -83,7 +90,8 @@ SUM = {  # verl-like: read two numbers, print their sum
     "sql": "SELECT a + b FROM t;",
 }
 COMMENT = {"python": "# {}", "cpp": "// {}", "java": "// {}", "nodejs": "// {}", "go": "// {}",
-           "rust": "// {}", "sql": "-- {}"}
+           "rust": "// {}", "sql": "-- {}", "ruby": "# {}", "R": "# {}", "julia": "# {}",
+           "lua": "-- {}", "perl": "# {}", "php": "// {}"}
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 _counter = iter(range(1 << 62))
 

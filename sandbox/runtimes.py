@@ -76,6 +76,10 @@ class RuntimeSpec(BaseModel):
     run: tuple[str, ...] = Field((), description="argv of the run step.")
     version: tuple[str, ...] = Field((), description="argv printing the toolchain version.")
     memory_mb: int = Field(512, gt=0, description="Memory cap when a request asks for -1 or nothing.")
+    stack_mb: int | None = Field(
+        None, gt=0, description="RLIMIT_STACK of its runs (MB), for a runtime whose start touches "
+                                "its whole stack (Ruby: a 256 MB limit cost 256 MB of the memory cap "
+                                "and ~0.2 s of CPU a run); none: min(256, half the memory cap).")
     zygote: tuple[str, ...] | None = Field(
         None, description="argv of a warmed interpreter that /v1/evaluate forks each test from "
                           "(it gets the run argv after argv[0]); none: each test is exec'd.")

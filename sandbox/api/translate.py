@@ -93,6 +93,7 @@ def build_job(req: RunCodeRequest, registry: RuntimeRegistry, settings: Settings
         network=settings.network,
         gpu=spec.gpu,
         cpu_share=settings.cpu_share,
+        stack_mb=spec.stack_mb,
     )
     _check_utf8(req)
     try:

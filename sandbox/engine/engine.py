@@ -294,7 +294,8 @@ class Engine:
     async def probe(self, spec: RuntimeSpec) -> str | None:
         """Run ``spec``'s smoke test (uncached); None when it passes, else what went wrong."""
         limits = Limits(compile_timeout_s=60, run_timeout_s=30, memory_mb=spec.memory_mb, cpus=1.0,
-                        pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0, gpu=spec.gpu)
+                        pids=256, workdir_mb=64, output_bytes=1 << 20, fetch_bytes=0, gpu=spec.gpu,
+                        stack_mb=spec.stack_mb)
         files = {name: text.encode() for name, text in spec.smoke.files.items()}
         job = Job(spec=spec, code=spec.smoke.code, stdin=spec.smoke.stdin.encode(), files=files,
                   fetch_files=(), limits=limits)

@@ -44,12 +44,21 @@ class Limits:
     # CPU seconds per wall second each run is guaranteed (deadline.FairDeadline); 0: the
     # run_timeout is plain wall-clock time, whatever the load.
     cpu_share: float = 0.0
+    # RLIMIT_STACK in MB where the runtime fixes its own (RuntimeSpec.stack_mb); None: the
+    # default of stack_limit_bytes.
+    stack_mb: int | None = None
+
+    @property
+    def stack_bytes(self) -> int:
+        if self.stack_mb is None:
+            return stack_limit_bytes(self.memory_mb)
+        return min(self.stack_mb << 20, stack_limit_bytes(self.memory_mb))
 
 
 def stack_limit_bytes(memory_mb: int) -> int:
     """RLIMIT_STACK of a sandbox: large, as contest judges allow (Codeforces: 256 MB; a deep
-    recursion is the program's right), but at most half the memory cap: Ruby sizes its own
-    stacks from the limit and was OOM-killed at start with limit = cap."""
+    recursion is the program's right), but at most half the memory cap. A runtime whose start
+    touches its whole stack (Ruby) fixes a smaller one (RuntimeSpec.stack_mb)."""
     return min(256, memory_mb // 2) << 20
 
 

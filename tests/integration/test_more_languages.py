@@ -204,3 +204,14 @@ def test_deadline(run, language):
     assert result["status"] == "Failed", result
     assert (result["run_result"] or {}).get("status") == "TimeLimitExceeded", result
     assert result["run_result"]["execution_time"] < scaled(timeout + 5)
+
+
+def test_ruby_starts_without_touching_a_large_stack_and_still_recurses_deep(run):
+    """Ruby's start grows its machine stack to the whole RLIMIT_STACK: at the 256 MB other
+    languages get, a hello world was charged 262 MB of its 512 MB cap. Its runs get 8 MB, and
+    Ruby's own VM stack (what Ruby-to-Ruby calls use) 64 MB."""
+    hello = run('puts "hello"', "ruby")
+    assert hello["run_result"]["stdout"] == "hello\n", hello
+    assert hello["memory_peak_MB"] < 64, hello
+    deep = run("def depth(n) = n == 0 ? 0 : 1 + depth(n - 1)\nputs depth(100_000)", "ruby")
+    assert deep["run_result"]["stdout"] == "100000\n", deep

@@ -145,3 +145,13 @@ def test_the_java_zygote_runs_with_the_run_s_jvm_flags():
     def jvm_flags(argv):  # where its classes come from (a CDS archive) is not a test's business
         return [a for a in argv if a.startswith("-X") and not a.startswith("-XX:SharedArchiveFile=")]
     assert jvm_flags(java.zygote) == jvm_flags(java.run)
+
+
+def test_a_runtime_may_fix_its_own_stack_limit():
+    from sandbox.engine.models import Limits
+    registry = RuntimeRegistry.load(REPO_ROOT / "runtimes")
+    assert registry.get("ruby").stack_mb == 8
+    default = Limits(10, 10, 1024, 1.0, 64, 64, 1 << 20, 0)
+    assert default.stack_bytes == 256 << 20  # min(256 MB, half the cap)
+    assert Limits(10, 10, 256, 1.0, 64, 64, 1 << 20, 0).stack_bytes == 128 << 20
+    assert Limits(10, 10, 512, 1.0, 64, 64, 1 << 20, 0, stack_mb=8).stack_bytes == 8 << 20

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..gpu import GpuAccess
-from ..models import Limits, stack_limit_bytes
+from ..models import Limits
 from .base import SANDBOX_UID, WORKDIR
 from .seccomp import SECCOMP_PROFILE, bpf_annotation, with_memory_cap
 
@@ -31,7 +31,7 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     ``precompiled_seccomp``: the runtime loads the filter compiled here (crun's annotation)."""
     limits = limits
     memory = limits.memory_mb * 1024 * 1024
-    stack = stack_limit_bytes(limits.memory_mb)
+    stack = limits.stack_bytes
     size_mb = max(1, min(limits.workdir_mb, limits.memory_mb))
     memory_limits: dict = {"limit": memory}
     if swap_accounting:

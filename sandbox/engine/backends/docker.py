@@ -25,7 +25,7 @@ import docker.errors
 import requests.exceptions
 from docker.types import DeviceRequest, LogConfig, Ulimit
 
-from ..models import Limits, StepResult, StepStatus, ended_out_of_memory, stack_limit_bytes
+from ..models import Limits, StepResult, StepStatus, ended_out_of_memory
 from ..output import CappedBuffer
 from .. import tarball
 from ..cgroups import CgroupPerTest, MemoryFacts, docker_cgroup_path, read_memory_facts
@@ -449,8 +449,7 @@ class DockerBackend:
             security_opt=["no-new-privileges", f"seccomp={profile_json(limits.memory_mb << 20)}"],
             init=True,  # reaps zombies; lets a runtime that aborts get its own signal
             ulimits=[Ulimit(name="core", soft=0, hard=0),
-                     Ulimit(name="stack", soft=stack_limit_bytes(limits.memory_mb),
-                            hard=stack_limit_bytes(limits.memory_mb))],
+                     Ulimit(name="stack", soft=limits.stack_bytes, hard=limits.stack_bytes)],
             log_config=LogConfig(type=LogConfig.types.NONE),
             shm_size="16m",
         )

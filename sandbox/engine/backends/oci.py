@@ -38,7 +38,7 @@ from .. import safe_files
 from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts,
                        cgroup_memory_facts, remove_cgroup, schedstat_waited_ns)
 from ..deadline import RECHECK_S, FairDeadline
-from ..models import Limits, StepResult, StepStatus, ended_out_of_memory, stack_limit_bytes
+from ..models import Limits, StepResult, StepStatus, ended_out_of_memory
 from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
@@ -235,7 +235,7 @@ class OciSandbox:
             run, channel = await template.fork(
                 cgroup, self.workdir, argv[1:], memory_bytes=limits.memory_mb << 20,
                 tmp_mb=max(1, min(limits.workdir_mb, limits.memory_mb)),
-                stack_bytes=stack_limit_bytes(limits.memory_mb),
+                stack_bytes=limits.stack_bytes,
                 backstop_s=deadline.backstop_s + BACKSTOP_GRACE_S)
         except BaseException:
             await asyncio.to_thread(cgroup.remove)
