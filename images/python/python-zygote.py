@@ -134,10 +134,9 @@ class RecursionLevel:
 RECURSION = RecursionLevel()
 
 
-def run_script(script: str) -> int:
-    """What `python3 script` does with the script: run it as a fresh __main__ module."""
-    with open(script, "rb") as source:
-        code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
+def main_module(script: str) -> types.ModuleType:
+    """A fresh __main__ for ``script``, in sys.modules (which alone holds it), as `python3
+    script` makes it before compiling the script."""
     main = types.ModuleType("__main__")  # __name__, __doc__, __package__, __loader__, __spec__
     fresh = {"__loader__": _frozen_importlib_external.SourceFileLoader("__main__", script),
              "__annotations__": {}, "__builtins__": builtins, "__file__": script,
@@ -146,6 +145,14 @@ def run_script(script: str) -> int:
         if name in fresh:
             setattr(main, name, fresh[name])
     sys.modules["__main__"] = main
+    return main
+
+
+def run_script(script: str) -> int:
+    """What `python3 script` does with the script: run it as a fresh __main__ module."""
+    main = sys.modules["__main__"]
+    with open(script, "rb") as source:
+        code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
     RECURSION.level(code, main.__dict__)
     return 0
 
@@ -161,31 +168,31 @@ def flush_stdio(code: int) -> int:
     return code
 
 
-def finalize_main() -> None:
+def finalize_main(program) -> None:
     """What interpreter exit does to the program's own objects (CPython's finalize_modules,
-    for __main__, the one module of the program's the template does not also hold): sys's
-    streams restored, the module let go and the cycle collector run, so that the program's
-    __del__ methods, its generators' finally blocks and the flush of a file it wrote and never
-    closed happen as after `python3 script` (then fetched, the file has its content); globals
-    of a module something still holds are set to None as CPython does, underscored names
-    first. Not while another thread runs Python: interpreter exit stops those first, and one
-    would see its globals go. The template's modules stay as they are (clearing them would
-    copy their pages): a program's objects kept in them are not finalized."""
+    for ``program``, a weak reference to the program's __main__: the one module of the
+    program's that the template does not also hold): sys's streams restored, the module let go
+    and the cycle collector run, so that the program's __del__ methods, its generators' finally
+    blocks and the flush of a file it wrote and never closed happen as after `python3 script`
+    (then fetched, the file has its content); globals of a module something still holds are set
+    to None as CPython does, underscored names first. Not while another thread runs Python:
+    interpreter exit stops those first, and one would see its globals go. The template's
+    modules stay as they are (clearing them would copy their pages): a program's objects kept
+    in them are not finalized."""
     if len(sys._current_frames()) > 1:
         return
     for name in ("path", "argv", "ps1", "ps2", "last_exc", "last_type", "last_value",
                  "last_traceback"):
         setattr(sys, name, None)
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
-    main = sys.modules.pop("__main__", None)
-    if main is None:
-        return
-    alive = _weakref.ref(main)
+    main = program()
+    if main is not None and sys.modules.get("__main__") is main:
+        del sys.modules["__main__"]
     del main
     gc.collect()
-    if alive() is None:
+    if program() is None:
         return
-    namespace = alive().__dict__
+    namespace = program().__dict__
     for underscored in (True, False):
         for name in list(namespace):
             if (isinstance(name, str) and namespace.get(name) is not None and name != "__builtins__"
@@ -210,6 +217,7 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     script = os.path.abspath(argv[0])
     sys.argv = argv
     sys.path[0] = os.path.dirname(script)
+    program = _weakref.ref(main_module(script))
     code = 0
     try:
         run_script(script)
@@ -233,7 +241,7 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     if atexit is not None:
         atexit._run_exitfuncs()
     code = flush_stdio(code)
-    finalize_main()
+    finalize_main(program)
     code = flush_stdio(code)
     if code == -_signal.SIGINT:
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)

@@ -217,6 +217,27 @@ def test_warm_and_cold_answer_the_same(warm, cold, name):
     assert _comparable(warm_result) == _comparable(cold_result)
 
 
+# Where a Python test of /v1/evaluate differs from `/run_code` by design: the zygote is its
+# sandbox's PID 2 (the test's PID is 3), and tests cannot write the work directory
+# (docs/evaluation.md).
+EVALUATE_DIFFERS = {"identity", "namespaces", "unclosed_files"}
+
+
+@pytest.mark.parametrize("name", sorted(set(SEMANTICS) - EVALUATE_DIFFERS))
+def test_an_evaluate_test_answers_as_a_cold_run(warm, cold, name):
+    """/v1/evaluate's Python tests fork from python-zygote.py, which is __main__ there (the
+    template imports it): what a test sees and prints must still be `python3 main.py`'s."""
+    code, body = SEMANTICS[name], _body_for(name)
+    cold_run = _run(cold, code, **body)["run_result"]
+    response = requests.post(f"{warm}/v1/evaluate", json={
+        "code": code, "language": "python", "run_timeout": body.get("run_timeout", 10),
+        "tests": [{"stdin": body.get("stdin", "")}], "output_preview_bytes": 1 << 20}, timeout=120)
+    assert response.status_code == 200, response.text
+    test = response.json()["tests"][0]
+    assert (test["stdout"], test["stderr"], test["exit_code"]) == (
+        cold_run["stdout"] or "", cold_run["stderr"] or "", cold_run["return_code"])
+
+
 def test_a_cold_server_starts_every_run_cold(cold):
     _run(cold, "print(1)")
     assert _starts(cold).get("warm", 0) == 0 and _starts(cold)["cold"] >= 1
