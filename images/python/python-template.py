@@ -384,7 +384,6 @@ class Template:
         numpy_random = sys.modules.get("numpy.random")
         if numpy_random is not None:
             numpy_random.seed()
-        sys.orig_argv = ["python3", *request["argv"]]
         self.zygote.run_test(list(stdio), request["fsize"], request["argv"])
 
 

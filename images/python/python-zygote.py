@@ -216,6 +216,7 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit + 1, limit + 1))
     script = os.path.abspath(argv[0])
     sys.argv = argv
+    sys.orig_argv = ["python3", *argv]  # as `python3 argv...` was started
     sys.path[0] = os.path.dirname(script)
     program = _weakref.ref(main_module(script))
     code = 0

@@ -102,6 +102,7 @@ SEMANTICS = {
     "main_module": "import __main__\nprint(type(__main__.__loader__).__name__, __main__.__loader__.name,"
                    " __main__.__spec__, __package__, __doc__, __cached__)",
     "main_globals": "print(list(globals()), __annotations__)",
+    "argv": "import sys\nprint(sys.argv, sys.orig_argv, sys.executable, sys.path[0])",
     "traceback": "def f():\n    raise ValueError('boom')\nprint('before')\nf()",
     "syntax_error": "print('x'\n",
     "exit_code": "import sys\nprint('bye')\nsys.exit(3)",
