@@ -149,7 +149,8 @@ def main_module(script: str) -> types.ModuleType:
 
 
 def run_script(script: str) -> int:
-    """What `python3 script` does with the script: run it as a fresh __main__ module."""
+    """What `python3 script` does with the script: compile it and run it in the fresh __main__
+    (main_module)."""
     main = sys.modules["__main__"]
     with open(script, "rb") as source:
         code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
