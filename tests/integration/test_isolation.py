@@ -56,6 +56,24 @@ def test_sandbox_runs_unprivileged_readonly_without_capabilities(run):
     assert out[-2:] == ["refused 30", "refused 30"]  # EROFS
 
 
+def test_the_only_writable_places_are_the_sandboxs_own(run, backend_name):
+    """Everything outside the work directory, /tmp and /dev/shm is read-only, /sys/fs/cgroup
+    included: on cgroup v1 crun makes it a tmpfs of mode 1777 whatever the mount's `ro` says
+    (a megabyte any program could write to), and the bundle remounts it read-only."""
+    code = ("import os\nfound = []\n"
+            "for top, dirs, files in os.walk('/', onerror=lambda e: None):\n"
+            "    if top.startswith('/proc'):\n"
+            "        dirs[:] = []\n"
+            "    elif os.access(top, os.W_OK):\n"
+            "        found.append(top)\n"
+            "        dirs[:] = []\n"
+            "print(sorted(found))")
+    expected = ["/dev/shm", "/sandbox", "/tmp"]
+    if backend_name == "docker":  # Docker's POSIX message queues: the container's IPC namespace's
+        expected = ["/dev/mqueue", *expected]
+    assert run(code, "python")["run_result"]["stdout"] == f"{expected}\n"
+
+
 def test_limits_are_applied_in_the_cgroup(run):
     code = (
         "import os\n"

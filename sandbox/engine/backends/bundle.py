@@ -69,6 +69,11 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
              "options": ["nosuid", "noexec", "nodev", "ro"]},
             {"destination": "/sys/fs/cgroup", "type": "cgroup", "source": "cgroup",
              "options": ["ro", "nosuid", "noexec", "nodev"]},
+            # On cgroup v1 crun makes /sys/fs/cgroup a tmpfs of mode 1777 whatever `ro` says
+            # above (a megabyte every program could write to); read-only again here. On v2
+            # it is the cgroup2 mount, read-only already: the same again.
+            {"destination": "/sys/fs/cgroup", "type": "bind", "source": "/sys/fs/cgroup",
+             "options": ["remount", "bind", "ro", "nosuid", "noexec", "nodev"]},
             {"destination": WORKDIR, "type": "bind", "source": str(workdir),
              "options": ["rbind", "rw" if workdir_writable else "ro", "nosuid", "nodev"]},
             {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs",
