@@ -50,9 +50,8 @@ class Limits:
 
     @property
     def stack_bytes(self) -> int:
-        if self.stack_mb is None:
-            return stack_limit_bytes(self.memory_mb)
-        return min(self.stack_mb << 20, stack_limit_bytes(self.memory_mb))
+        default = stack_limit_bytes(self.memory_mb)
+        return default if self.stack_mb is None else min(self.stack_mb << 20, default)
 
 
 def stack_limit_bytes(memory_mb: int) -> int:
