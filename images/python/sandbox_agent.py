@@ -70,9 +70,11 @@ def error_code(exc: OSError) -> str:
     return {2: "not_found", 20: "invalid_argument", 21: "invalid_argument", 13: "permission_denied",
             1: "permission_denied", 30: "permission_denied", 17: "already_exists",
             39: "failed_precondition", 28: "resource_exhausted", 122: "resource_exhausted",
-            11: "resource_exhausted", 12: "resource_exhausted",
+            11: "resource_exhausted", 12: "resource_exhausted", 31: "resource_exhausted",
             36: "invalid_argument", 18: "invalid_argument", 27: "out_of_range", 22: "invalid_argument",
-            6: "invalid_argument"}.get(exc.errno, "unknown")
+            6: "invalid_argument", 40: "invalid_argument",
+            # EBUSY (a mount point: the home folder), ETXTBSY: the request, not the agent
+            16: "failed_precondition", 26: "failed_precondition"}.get(exc.errno, "unknown")
 
 
 def resolve(path: str) -> str:
@@ -133,6 +135,9 @@ def spawn(request: dict) -> None:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         fail(request_id, error_code(exc), f"cannot start {request['argv'][0]!r}: {exc.strerror}")
+        return
+    except (ValueError, TypeError) as exc:  # a NUL byte, an '=' in a variable's name
+        fail(request_id, "invalid_argument", f"cannot start {ascii(request['argv'][0])}: {exc}")
         return
     processes[request_id] = proc
     send({"id": request_id, "ev": "start", "pid": proc.pid})

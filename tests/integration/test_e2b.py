@@ -568,3 +568,41 @@ def test_malformed_connect_messages_get_connect_errors(sbx, url):
     assert missing.status_code == 404 and missing.json()["code"] == "not_found"
     no_id = requests.get(f"{url}/files?path=x", timeout=30)
     assert no_id.status_code == 400 and "E2b-Sandbox-Id" in no_id.json()["message"]
+
+
+def test_text_no_process_or_file_can_hold_is_refused_and_the_context_keeps_its_state(sbx, url):
+    """JSON carries NUL characters and lone surrogates (\\ud800), and an environment variable's
+    name cannot hold '=': each is a 400 saying which field, never a server error; a cell's
+    env_vars with such a name used to end the context's interpreter, its state with it."""
+    rpc = {**data_headers(sbx), "Content-Type": "application/connect+json"}
+    for process in ({"cmd": "/bin/echo", "envs": {"A=B": "1"}},
+                    {"cmd": "/bin/echo", "args": ["a\x00"]},
+                    {"cmd": "/bin/echo", "envs": {"A": "\ud800"}}, {"cmd": "/bin/ech\ud800"},
+                    {"cmd": "/bin/echo", "cwd": "/tm\ud800"}):
+        started = requests.post(f"{url}/process.Process/Start", headers=rpc, timeout=scaled(30),
+                                data=envelope({"process": process}))
+        assert started.status_code == 400, (process, started.status_code, started.text)
+        assert started.json()["code"] == "invalid_argument"
+    listed = requests.post(f"{url}/filesystem.Filesystem/ListDir",
+                           data=json.dumps({"path": "\ud800"}),
+                           headers={**data_headers(sbx), "Content-Type": "application/json"},
+                           timeout=scaled(30))
+    assert listed.status_code == 400 and "surrogate" in listed.json()["message"], listed.text
+    moved = requests.post(f"{url}/filesystem.Filesystem/Move",  # the home folder onto /
+                          data=json.dumps({"source": "", "destination": "/"}),
+                          headers={**data_headers(sbx), "Content-Type": "application/json"},
+                          timeout=scaled(30))
+    assert 400 <= moved.status_code < 500, moved.text
+
+    sbx.run_code("kept = 41")
+    for env_vars in ({"A=B": "1"}, {"A": "a\x00"}):
+        refused = requests.post(f"{url}/execute", headers=data_headers(sbx), timeout=scaled(30),
+                                json={"code": "kept", "env_vars": env_vars})
+        assert refused.status_code == 400 and "env_vars" in refused.json()["message"], refused.text
+    assert sbx.run_code("kept + 1").text == "42"
+    cwd = requests.post(f"{url}/contexts", headers=data_headers(sbx), timeout=scaled(30),
+                        json={"language": "python", "cwd": "/tm\ud800"})
+    assert cwd.status_code == 400 and "cwd" in cwd.json()["message"], cwd.text
+    made = requests.post(f"{url}/sandboxes", headers={"X-API-KEY": API_KEY}, timeout=scaled(30),
+                         json={"templateID": "base", "envVars": {"A=B": "1"}})
+    assert made.status_code == 400 and "envVars" in made.json()["message"], made.text

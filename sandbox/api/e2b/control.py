@@ -24,7 +24,7 @@ from ..schemas import RunCodeRequest
 from ..sessions import SESSION_HEADER
 from ..translate import build_job
 from .sandboxes import E2bSandbox, control_sandbox, e2b_sandbox
-from .wire import ENVD_VERSION, E2bError, rest_body, rfc3339
+from .wire import ENVD_VERSION, E2bError, environment_problem, rest_body, rfc3339, text_problem
 
 DEFAULT_TIMEOUT_S = 300          # E2B's default sandbox lifetime
 DEFAULT_TEMPLATE = "base"
@@ -76,6 +76,9 @@ def _strings(name: str, value) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                               for k, v in value.items()):
         raise E2bError(400, f"{name} must be an object of strings")
+    for text in (*value, *value.values()):  # answered back in listings, as UTF-8
+        if problem := text_problem(text):
+            raise E2bError(400, f"{name}: {ascii(text)[:80]} {problem}")
     return dict(value)
 
 
@@ -145,6 +148,8 @@ def control_router(services) -> APIRouter:
         lifetime = _timeout(body.get("timeout"), ceiling)
         metadata = _strings("metadata", body.get("metadata"))
         env = _strings("envVars", body.get("envVars"))
+        if problem := environment_problem(env):  # else no process of the sandbox could start
+            raise E2bError(400, f"envVars: {problem}")
         if settings.max_sessions == 0:
             raise E2bError(429, "sandboxes are turned off on this server (SANDBOX_MAX_SESSIONS=0)",
                            NO_RETRY)

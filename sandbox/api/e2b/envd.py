@@ -23,8 +23,8 @@ from ...engine.backends import BackendError
 from ...sessions import MAX_FILE_BYTES, AgentFailure
 from ..observability import note_sandbox_call, note_sandbox_result
 from .sandboxes import E2bSandbox, Listener, Process, data_sandbox
-from .wire import (END_STREAM, STREAM_TYPE, E2bError, RpcError, entry_info, frame, not_running,
-                   rpc_message, unframe, write_info)
+from .wire import (END_STREAM, STREAM_TYPE, E2bError, RpcError, entry_info, environment_problem,
+                   frame, not_running, rpc_message, text_problem, unframe, write_info)
 
 SIGNALS = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15, 9: 9, 15: 15}
 # An agent's refusal as /files answers it (the SDK maps these statuses to its exceptions).
@@ -59,6 +59,9 @@ def _string(message: dict, name: str, required: bool = True) -> str | None:
         return None
     if not isinstance(value, str):
         raise RpcError("invalid_argument", f"{name} must be a string")
+    problem = text_problem(value)
+    if problem:
+        raise RpcError("invalid_argument", f"{name} {problem}")
     return value
 
 
@@ -174,8 +177,13 @@ def envd_router(services) -> APIRouter:
         envs = config.get("envs") or {}
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
             raise RpcError("invalid_argument", "process.args must be a list of strings")
+        for arg in args:
+            if problem := text_problem(arg):
+                raise RpcError("invalid_argument", f"an argument in process.args {problem}")
         if not isinstance(envs, dict) or not all(isinstance(v, str) for v in envs.values()):
             raise RpcError("invalid_argument", "process.envs must be an object of strings")
+        if problem := environment_problem(envs):
+            raise RpcError("invalid_argument", f"process.envs: {problem}")
         if message.get("pty"):
             raise RpcError("unimplemented", "terminals (pty) are not served here: run the "
                                             "command without one")

@@ -17,7 +17,7 @@ from ...engine.backends import BackendError
 from ...sessions import AgentFailure
 from ..observability import note_sandbox_call, note_sandbox_result
 from .sandboxes import LANGUAGE_ALIASES, LANGUAGES, Context, E2bSandbox, data_sandbox
-from .wire import E2bError, not_running, rest_body
+from .wire import E2bError, environment_problem, not_running, rest_body, text_problem
 
 RESULT_FORMATS = frozenset({"text", "html", "markdown", "svg", "png", "jpeg", "pdf", "latex",
                             "json", "javascript", "data", "chart", "extra"})
@@ -119,6 +119,8 @@ def interpreter_router(services) -> APIRouter:
         env = body.get("env_vars") or {}
         if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
             raise E2bError(400, "env_vars must be an object of strings")
+        if problem := environment_problem(env):  # else the context's interpreter would end
+            raise E2bError(400, f"env_vars: {problem}")
         try:
             if body.get("context_id") is not None:
                 context = context_of(sandbox, str(body["context_id"]))
@@ -154,6 +156,8 @@ def interpreter_router(services) -> APIRouter:
         cwd = body.get("cwd") or "/home/user"
         if not isinstance(cwd, str):
             raise E2bError(400, "cwd must be a string")
+        if problem := text_problem(cwd):
+            raise E2bError(400, f"cwd {problem}")
         try:
             context = await sandbox.open_context(language, cwd)
         except AgentFailure as exc:

@@ -22,6 +22,37 @@ HTTP_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "permission_deni
                "unimplemented": 501, "unavailable": 503, "deadline_exceeded": 504}
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON with every non-ASCII character escaped: an error message may quote what the client
+    sent, and JSON can carry lone surrogates (\\ud800) that UTF-8 cannot."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, separators=(",", ":")).encode()
+
+
+def text_problem(value: str) -> str | None:
+    """Why ``value`` cannot reach a process or a file name (an argument, a path, an environment
+    entry), or None."""
+    if "\x00" in value:
+        return "contains a NUL character"
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return "is not valid Unicode (it contains a lone surrogate such as \\ud800)"
+    return None
+
+
+def environment_problem(env: dict[str, str]) -> str | None:
+    """Why ``env`` (names to values, strings) cannot be a process's environment, or None."""
+    for name, value in env.items():
+        if not name or "=" in name:
+            return f"the variable name {ascii(name)[:80]} must be non-empty and without '='"
+        problem = text_problem(name) or text_problem(value)
+        if problem:
+            return f"the variable {ascii(name)[:80]} {problem}"
+    return None
+
+
 class E2bError(Exception):
     """An E2B REST error: HTTP ``status`` and ``{"code": status, "message"}`` (the control plane,
     /files, /health, the code interpreter)."""
@@ -33,8 +64,8 @@ class E2bError(Exception):
         self.headers = headers or {}
 
     def response(self) -> JSONResponse:
-        return JSONResponse(status_code=self.status, headers=self.headers,
-                            content={"code": self.status, "message": self.message})
+        return AsciiJSONResponse(status_code=self.status, headers=self.headers,
+                                 content={"code": self.status, "message": self.message})
 
 
 class RpcError(Exception):
@@ -46,8 +77,8 @@ class RpcError(Exception):
         self.message = message
 
     def response(self) -> JSONResponse:
-        return JSONResponse(status_code=HTTP_STATUS[self.code],
-                            content={"code": self.code, "message": self.message})
+        return AsciiJSONResponse(status_code=HTTP_STATUS[self.code],
+                                 content={"code": self.code, "message": self.message})
 
     def end_frame(self) -> bytes:
         return frame({"error": {"code": self.code, "message": self.message}}, END_STREAM)
