@@ -4,7 +4,7 @@ through Ray's handle API (sandbox.ray: a handle call per request, and batches of
 call), all up at once on this machine and measured in interleaved rounds, so that they share
 whatever else the machine is doing.
 
-    .venv/bin/python bench/routing_bench.py [--rounds 3] [--requests 200]
+    .venv/bin/python bench/routing_bench.py [--rounds 3] [--requests 200] [--caller-cpus 1]
 
 Needs haproxy and dnsmasq (apt-get install haproxy dnsmasq-base) and Ray ('.[ray]'). Prints a
 table (p50 at 1 in flight, req/s at 8 in flight) and writes bench/figures/routing.json.
@@ -179,16 +179,33 @@ def measure_handle_batches(requests_n: int) -> tuple[float, float]:
     return asyncio.run(run())
 
 
+def pin(cpus: set[int]) -> None:
+    """Every thread of this process onto ``cpus`` (threads made later inherit it)."""
+    for thread in os.listdir("/proc/self/task"):
+        with contextlib.suppress(ProcessLookupError):
+            os.sched_setaffinity(int(thread), cpus)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200, help="per path per round, at 8")
+    parser.add_argument("--caller-cpus", default="",
+                        help="e.g. 1: the callers (this process: the HTTP clients, the Ray driver) "
+                             "on these CPUs, what they call (the server and its sandboxes, "
+                             "HAProxy, Ray's nodes) on the others: a trainer calling from a node "
+                             "of its own")
     args = parser.parse_args()
+    callers = {int(c) for c in args.caller_cpus.split(",") if c}
+    if callers:
+        pin(os.sched_getaffinity(0) - callers)  # what this process starts inherits it
     results: dict[str, list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory() as folder, \
             started_server("bench-routing", {}) as server, \
             haproxy_in_front(int(server.url.rsplit(":", 1)[1]), Path(folder)) as haproxy_url, \
             ray_cluster() as ray_url:
+        if callers:
+            pin(callers)
         paths = {"direct": lambda n: measure_http(http_path(server.url), n),
                  "HAProxy": lambda n: measure_http(http_path(haproxy_url), n),
                  "Ray Serve proxy": lambda n: measure_http(http_path(ray_url), n),
@@ -204,7 +221,8 @@ def main() -> None:
     direct_p50 = statistics.median(r[0] for r in results["direct"])
     direct_rate = statistics.median(r[1] for r in results["direct"])
     rows = []
-    print(f"\nPython hello, {args.rounds} interleaved rounds, medians ({date.today()})")
+    layout = f", callers on CPUs {sorted(callers)}, the rest elsewhere" if callers else ""
+    print(f"\nPython hello, {args.rounds} interleaved rounds, medians ({date.today()}{layout})")
     print(f"{'path':<30} {'p50 at 1 (ms)':>14} {'added (ms)':>11} {'req/s at 8':>11} {'vs direct':>10}")
     for name, runs in results.items():
         p50 = statistics.median(r[0] for r in runs)
@@ -215,9 +233,10 @@ def main() -> None:
         print(f"{name:<30} {p50:>14.1f} {p50 - direct_p50:>+11.1f} {rate:>11.1f} "
               f"{rate / direct_rate:>9.2f}x")
     FIGURES.mkdir(exist_ok=True)
-    (FIGURES / "routing.json").write_text(json.dumps(
+    name = "routing-callers-apart.json" if callers else "routing.json"
+    (FIGURES / name).write_text(json.dumps(
         {"date": str(date.today()), "program": HELLO, "rounds": args.rounds,
-         "requests_at_8": args.requests, "rows": rows}, indent=1))
+         "requests_at_8": args.requests, "caller_cpus": sorted(callers), "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
