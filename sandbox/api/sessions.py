@@ -86,7 +86,7 @@ def _session_job(req: RunCodeRequest, session: Session, registry: RuntimeRegistr
                  settings: Settings, assets: AssetStore) -> Job:
     """A /run_code request as a call in ``session``: its language must be the session's; the
     memory cap is the session's (set at create)."""
-    if registry.get(req.language).language != session.spec.language:
+    if runtime_for(req.language, registry).language != session.spec.language:
         raise InvalidRequest(f"session {session.id} runs {session.spec.language}, not "
                              f"{req.language}; send language {session.spec.language!r} or "
                              f"create a {req.language} session")

@@ -216,6 +216,10 @@ def test_bad_ids_and_bodies_get_clear_422s(url, session):
     wrong_language = requests.post(f"{url}/run_code", json={"code": "1", "language": "cpp",
                                                             "session_id": session}, timeout=TIMEOUT)
     assert wrong_language.status_code == 422 and "runs python" in wrong_language.json()["detail"]
+    for unknown in ("cobol", ""):  # no such language at all (a 500 before)
+        answer = requests.post(f"{url}/run_code", json={"code": "1", "language": unknown,
+                                                        "session_id": session}, timeout=TIMEOUT)
+        assert answer.status_code == 422 and "not served" in answer.json()["detail"], answer.text
     for body in ({"language": "cobol"}, {"language": "python", "idle_timeout_s": -1},
                  {"language": "python", "max_lifetime_s": 1e9}, {"language": "python", "memory_limit_MB": 1},
                  {"language": "python", "files": {"../x": "eA=="}}, {"language": "python", "surprise": 1}):
