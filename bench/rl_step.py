@@ -540,6 +540,32 @@ def drain(targets: dict[str, str], limit_s: float) -> float:
     return time.perf_counter() - started
 
 
+def settle(targets: dict[str, str], limit_s: float = 300.0) -> None:
+    """Wait until each target that reports warm templates has them all ready, and the machine
+    is quiet (under a quarter of a CPU busy over a second): a server just started is still
+    importing its templates' modules, and that CPU would be counted as the first program's."""
+    deadline = time.monotonic() + limit_s
+    for target, url in targets.items():
+        while time.monotonic() < deadline:
+            try:
+                metrics = requests.get(f"{url}/metrics", timeout=10).text
+            except requests.RequestException:
+                break
+            ready = [line.rsplit(" ", 1)[1] for line in metrics.splitlines()
+                     if line.startswith("sandbox_warm_templates_ready")]
+            if all(float(value) == 1 for value in ready):
+                break
+            print(f"  waiting for {target}'s warm templates: {ready.count('1.0')}/{len(ready)} ready",
+                  flush=True)
+            time.sleep(2)
+    while time.monotonic() < deadline:
+        cpu0 = machine_cpu_seconds()
+        time.sleep(1)
+        if machine_cpu_seconds() - cpu0 < 0.25:
+            return
+    print(f"  the machine is still busy after {limit_s:.0f} s; measuring anyway", flush=True)
+
+
 def warm_up(url: str) -> str | None:
     """None when the target runs a trivial program, else why not."""
     body = json.dumps({"language": "python", "code": "print(6 * 7)", "stdin": "", "run_timeout": 10,
@@ -724,6 +750,7 @@ def main() -> int:
                 rows += [{"target": target, "workload": w, "error": f"warm-up failed: {problem}"}
                          for w in workloads]
                 del targets[target]
+        settle(targets)
         for target, url in targets.items():
             for workload in workloads:
                 drained = drain(targets, args.drain_timeout)

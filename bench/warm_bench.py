@@ -55,31 +55,6 @@ def post(session: requests.Session, url: str, code: str) -> tuple[bool, str]:
     return result.get("status") == "Success", run.get("stdout") or ""
 
 
-def settle(targets: dict[str, str], limit_s: float = 300.0) -> None:
-    """Wait until each target that reports warm templates has them all ready, and the machine
-    is quiet (under a quarter of a CPU busy over a second): a server just started is still
-    importing its templates' modules, and that CPU would be counted as the first program's."""
-    deadline = time.monotonic() + limit_s
-    for target, url in targets.items():
-        while time.monotonic() < deadline:
-            try:
-                metrics = requests.get(f"{url}/metrics", timeout=10).text
-            except requests.RequestException:
-                break
-            ready = [line.rsplit(" ", 1)[1] for line in metrics.splitlines()
-                     if line.startswith("sandbox_warm_templates_ready")]
-            if all(float(value) == 1 for value in ready):
-                break
-            print(f"  waiting for {target}'s warm templates: {ready.count('1.0')}/{len(ready)} ready",
-                  flush=True)
-            time.sleep(2)
-    while time.monotonic() < deadline:
-        cpu0 = rl_step.machine_cpu_seconds()
-        time.sleep(1)
-        if rl_step.machine_cpu_seconds() - cpu0 < 0.25:
-            return
-
-
 def measure_program(url: str, name: str, sequential: int, n: int) -> dict:
     code = PROGRAMS[name]
     session = requests.Session()
@@ -188,7 +163,7 @@ def main() -> int:
     parts = set(args.parts.split(","))
     import os
     result = {"date": time.strftime("%Y-%m-%d"), "cores": os.cpu_count(), "programs": [], "humaneval": []}
-    settle(targets)
+    rl_step.settle(targets)
     if "programs" in parts:
         for name in PROGRAMS:
             for target, url in targets.items():
