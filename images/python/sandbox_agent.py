@@ -444,6 +444,12 @@ class Context:
                     self.bash(request["code"], env)
             except OSError:
                 pass  # the interpreter is gone: pump says so
+            except Exception as exc:  # noqa: BLE001 - e.g. code no file can hold (a lone
+                # surrogate): this cell fails; the thread, and with it the context, lives on
+                self.event({"ev": "error", "name": type(exc).__name__, "value": str(exc),
+                            "traceback": ""})
+                self.finish()
+                continue
             self.done.wait()
 
     def bash(self, code: str, env: dict) -> None:

@@ -594,6 +594,16 @@ def test_text_no_process_or_file_can_hold_is_refused_and_the_context_keeps_its_s
                           timeout=scaled(30))
     assert 400 <= moved.status_code < 500, moved.text
 
+    # A bash cell no file can hold (its script is a file): an error, and the context lives on
+    # (its worker thread used to die with it, and every later bash cell hung).
+    cells = [("bash", "kept=41"), ("bash", "echo \ud800"), ("bash", "echo $kept")]
+    answers = [requests.post(f"{url}/execute", headers=data_headers(sbx), timeout=scaled(30),
+                             json={"code": code, "language": language}) for language, code in cells]
+    events = [[json.loads(line) for line in answer.text.splitlines()] for answer in answers]
+    assert any(e["type"] == "error" and "surrogate" in e["value"] for e in events[1]), events[1]
+    assert {"type": "stdout", "text": "41\n"} in [
+        {k: e[k] for k in ("type", "text")} for e in events[2] if e["type"] == "stdout"], events[2]
+
     sbx.run_code("kept = 41")
     for env_vars in ({"A=B": "1"}, {"A": "a\x00"}):
         refused = requests.post(f"{url}/execute", headers=data_headers(sbx), timeout=scaled(30),
