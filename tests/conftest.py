@@ -152,15 +152,21 @@ def _oci_problem() -> str | None:
     return None
 
 
+def require_oci() -> None:
+    """Skip the calling test or fixture when the OCI backend cannot run here; fail it instead
+    when SANDBOX_TESTS_REQUIRE_OCI=1 (CI, where it must)."""
+    problem = _oci_problem()
+    if problem:
+        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
 @pytest.fixture(scope="session", params=["oci", "docker"])
 def backend_name(request, docker_ready) -> str:
     """Every integration test runs once per backend."""
     if request.param == "oci":
-        problem = _oci_problem()
-        if problem:
-            if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
-                pytest.fail(problem)
-            pytest.skip(problem)
+        require_oci()
     return request.param
 
 
@@ -236,11 +242,7 @@ def server(backend_name, tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def oci_server(docker_ready, tmp_path_factory) -> str:
     """Base URL of a real server on the OCI backend (sessions need it)."""
-    problem = _oci_problem()
-    if problem:
-        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+    require_oci()
     with running_server(tmp_path_factory.mktemp("oci-server"), backend="oci", max_concurrency=4) as url:
         yield url
 

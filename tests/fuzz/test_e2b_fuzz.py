@@ -11,7 +11,6 @@ Connect's code "unavailable" on an RPC), and 503/504 saying when to retry."""
 from __future__ import annotations
 
 import json
-import os
 import struct
 from urllib.parse import quote
 
@@ -20,7 +19,7 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import _oci_problem, running_server
+from tests.conftest import require_oci, running_server
 
 pytestmark = pytest.mark.docker
 
@@ -118,11 +117,7 @@ QUERIES = st.dictionaries(st.sampled_from(["path", "username", "limit", "nextTok
 def e2b(docker_ready, tmp_path_factory):
     """A server with an API key (the control plane wants it), and one sandbox: (url, its id,
     its access token)."""
-    problem = _oci_problem()
-    if problem:
-        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+    require_oci()
     with running_server(tmp_path_factory.mktemp("e2b-fuzz"), backend="oci", api_key=API_KEY,
                         max_concurrency=4, max_session_lifetime_s=900) as url:
         made = requests.post(f"{url}/sandboxes", json={"templateID": "base", "timeout": 900},

@@ -9,14 +9,14 @@ fields), and reads, forks and deletes of sessions named by drawn ids, against a 
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import _oci_problem, running_server
+from tests.conftest import require_oci, running_server
+from tests.fuzz.test_e2b_fuzz import _escaped
 
 pytestmark = pytest.mark.docker
 
@@ -34,11 +34,7 @@ FILES = st.dictionaries(TEXT, st.one_of(st.sampled_from(["eA==", "", "not base64
 @pytest.fixture(scope="module")
 def served(docker_ready, tmp_path_factory):
     """A server and one python session in it: (url, the session's id)."""
-    problem = _oci_problem()
-    if problem:
-        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+    require_oci()
     with running_server(tmp_path_factory.mktemp("session-fuzz"), backend="oci",
                         max_concurrency=4) as url:
         made = requests.post(f"{url}/v1/sessions", json={"language": "python"}, timeout=TIMEOUT_S)
@@ -82,8 +78,7 @@ def test_reads_forks_and_deletes_by_drawn_ids_never_get_a_server_error(served, m
                                                                        drawn_id, suffix, body):
     url, session_id = served
     # The session the other test uses is only read and forked, never deleted.
-    name = session_id if own and method != "DELETE" else \
-        requests.utils.quote(drawn_id.encode("utf-8", "surrogatepass"), safe="") or "x"
+    name = session_id if own and method != "DELETE" else _escaped(drawn_id) or "x"
     if method != "POST" and suffix:
         suffix = ""
     response = requests.request(method, f"{url}/v1/sessions/{name}{suffix}", json=body,

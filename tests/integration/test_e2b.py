@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import _oci_problem, running_server
+from tests.conftest import require_oci, running_server
 from tests.timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -31,11 +31,7 @@ def folder(tmp_path_factory) -> Path:
 def url(docker_ready, folder):
     """A server of its own: an API key set (the control plane checks it; the data plane checks
     each sandbox's access token instead), and on exit nothing of it left."""
-    problem = _oci_problem()
-    if problem:
-        if os.environ.get("SANDBOX_TESTS_REQUIRE_OCI") == "1":
-            pytest.fail(problem)
-        pytest.skip(problem)
+    require_oci()
     with running_server(folder, backend="oci", api_key=API_KEY, max_concurrency=4,
                         max_session_lifetime_s=600, audit_log=folder / "audit.jsonl") as base:
         saved = {k: os.environ.get(k) for k in ("E2B_API_KEY", "E2B_API_URL", "E2B_SANDBOX_URL",
