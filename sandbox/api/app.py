@@ -25,6 +25,7 @@ from ..runtimes import RuntimeRegistry, RuntimeSpec
 from .assets import ASSETS_PATH, asset_router
 from .auth import require_api_key
 from .e2b import ReachE2bOwner, authenticates_itself, error_body, install_e2b
+from .e2b.sandboxes import LANGUAGES as E2B_LANGUAGES
 from .limits import BodySizeLimit
 from ..judge import Judge
 from ..sessions import SessionRegistry
@@ -196,8 +197,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes,
                        own_limit_paths=frozenset({ASSETS_PATH}))
     require_api_key(app, settings, checked_elsewhere=authenticates_itself, error_body=error_body)
-    app.state.ops = install_observability(app, settings, engine, registry.languages,
-                                          registry.aliases)
+    # E2B's cells and commands count under their own languages, whichever runtimes are served.
+    app.state.ops = install_observability(app, settings, engine,
+                                          [*registry.languages, *E2B_LANGUAGES], registry.aliases)
     app.state.ops.watch_sessions(app.state.services.sessions)
     app.state.ops.watch_assets(assets)
 

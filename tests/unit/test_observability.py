@@ -113,6 +113,16 @@ def test_each_app_counts_in_its_own_registry():
     assert requests_total(second, "unknown", "rejected_422") == 0
 
 
+def test_e2b_languages_count_under_their_names_whichever_runtimes_are_served(tmp_path):
+    # E2B's commands run bash in the Python image: a server serving Python alone still counts
+    # them as bash (found on a VM whose runtimes folder held only python.toml: "unknown").
+    (tmp_path / "python.toml").write_text(
+        (Settings().runtimes_dir / "python.toml").read_text())
+    app = create_app(Settings(runtimes_dir=tmp_path, audit_log="off"))
+    assert [app.state.ops.language_label(name) for name in ("python", "bash", "cobol")] == [
+        "python", "bash", "unknown"]
+
+
 def test_body_too_large_is_counted_audited_and_carries_a_request_id(tmp_path):
     audit_path = tmp_path / "audit.jsonl"
     app = create_app(Settings(max_body_bytes=1024, audit_log=str(audit_path)))
