@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import subprocess
@@ -10,6 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import docker
+import docker.errors
 import pytest
 from fastapi.testclient import TestClient
 
@@ -234,6 +236,39 @@ def test_an_image_rebuilt_under_a_running_server_leaves_its_sandboxes_alone(oci_
         if new_id != old_id:
             api.tag(old_id, "sandbox-python", "1")
             api.remove_image(new_id, force=True)
+
+
+def test_prune_removes_the_root_of_a_version_a_rebuild_replaced(docker_ready, tmp_path):
+    """The version a rebuild untagged is still in Docker's list (until `docker image prune`),
+    where Docker before API 1.44 names it "<none>:<none>": its root goes all the same (it
+    once stayed, and every `make images` left a root of each rebuilt image behind)."""
+    from sandbox.engine.backends.rootfs import USED_MARK, RootfsStore
+
+    api = docker.from_env().api
+    tag = f"sandbox-prune-test:{uuid.uuid4().hex[:8]}"
+    versions = []
+    try:
+        for mark in ("old", "new"):
+            for _ in api.build(fileobj=io.BytesIO(f"FROM sandbox-base:1\nLABEL v={mark}-{tag}\n".encode()),
+                               tag=tag, rm=True, decode=True):
+                pass
+            versions.append(api.inspect_image(tag)["Id"].split(":")[-1])
+        old, new = versions
+        assert any(image["Id"].endswith(old) for image in api.images())  # untagged, not gone
+        store = RootfsStore(tmp_path / "rootfs")
+        long_ago = time.time() - 3600
+        for version in versions:
+            entry = store.root / version[:16]
+            (entry / "rootfs").mkdir(parents=True)
+            (entry / USED_MARK).touch()
+            os.utime(entry / USED_MARK, (long_ago, long_ago))
+        removed, kept = store.prune()
+        assert removed == [old[:16]] and kept == []
+        assert (store.root / new[:16]).is_dir()
+    finally:
+        for version in reversed(versions):
+            with contextlib.suppress(docker.errors.APIError):
+                api.remove_image(version, force=True)
 
 
 def test_prune_removes_only_roots_nothing_uses(docker_ready, tmp_path):

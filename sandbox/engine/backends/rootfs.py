@@ -225,8 +225,11 @@ class RootfsStore:
         import docker.errors
 
         try:
+            # An untagged (replaced) version's RepoTags: [] or None, or ["<none>:<none>"]
+            # from Docker before API 1.44 (Debian 12's docker.io among them).
             tagged = {image["Id"].split(":")[-1][:16]
-                      for image in self._docker().api.images() if image.get("RepoTags")}
+                      for image in self._docker().api.images()
+                      if set(image.get("RepoTags") or ()) - {"<none>:<none>"}}
         except docker.errors.DockerException:
             return [], []
         removed, kept = [], []
