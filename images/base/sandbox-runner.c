@@ -292,7 +292,7 @@ static int start_zygote(char **zargv) {
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGPIPE, SIG_DFL);
-        int devnull = open("/dev/null", O_RDWR);
+        int devnull = open("/dev/null", O_RDWR | O_CLOEXEC); /* its copies at 0 and 1 stay */
         dup2(devnull, 0);
         dup2(devnull, 1);
         dup2(pair[1], 3); /* its control socket; stderr stays ours (diagnostics) */

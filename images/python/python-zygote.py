@@ -25,7 +25,9 @@ import resource
 import sys
 import types
 
-ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+PR_SET_DUMPABLE = 4
+LIBC = ctypes.CDLL(None)
+LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 # What CPython itself sets at start-up, restored in each child; the zygote ignores the rest.
 STARTUP_HANDLERS = {_signal.SIGINT: _signal.default_int_handler, _signal.SIGPIPE: _signal.SIG_IGN,
                     _signal.SIGXFSZ: _signal.SIG_IGN}
@@ -276,6 +278,7 @@ def main() -> None:
         pid = os.fork()
         if pid == 0:
             control.close()
+            LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process exec'd by this user is
             try:
                 run_test(fds, int(limit), argv)
             finally:

@@ -179,6 +179,40 @@ SEMANTICS = {
                      " else open('/sys/fs/cgroup/memory.max').read())",
     "flags": "import sys\nprint(sys.flags.dont_write_bytecode, sys.flags.hash_randomization,"
              " sys.stdout.line_buffering, sys.stdin.encoding, sys.stdout.errors)",
+    # Process state a fork could carry over from its template: dispositions, the signal mask,
+    # descriptors, environment, attributes the kernel keeps per process.
+    "signal_dispositions": "import signal\nprint([(signal.Signals(s).name, signal.getsignal(s))"
+                           " for s in sorted(signal.valid_signals())"
+                           " if s not in (signal.SIGKILL, signal.SIGSTOP)])\n"
+                           "print(signal.pthread_sigmask(signal.SIG_BLOCK, []))",
+    "process_state": "import os\nprint(sorted(os.environ.items()), oct(os.umask(0o22)),"
+                     " sorted(os.listdir('/proc/self/fd')), os.readlink('/proc/self/exe'))\n"
+                     "print(open('/proc/self/oom_score_adj').read(), os.nice(0),"
+                     " os.sched_getscheduler(0), os.cpu_count(), os.sched_getaffinity(0))\n"
+                     "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                     "print(libc.prctl(3, 0, 0, 0, 0), libc.personality(0xffffffff))",
+    "interpreter_state": "import gc, sys, io, locale, faulthandler, threading\n"
+                         "print(gc.isenabled(), gc.get_threshold(), faulthandler.is_enabled(),"
+                         " sys.gettrace(), sys.getprofile(), sys.excepthook is sys.__excepthook__,"
+                         " sys.displayhook is sys.__displayhook__, hasattr(sys, 'ps1'),"
+                         " io.DEFAULT_BUFFER_SIZE, locale.getlocale(),"
+                         " locale.getpreferredencoding(), sys.getfilesystemencoding(),"
+                         " threading.active_count(), threading.current_thread().name)",
+    "sigint": "import os, signal\nos.kill(os.getpid(), signal.SIGINT)",
+    "abort": "import os\nprint('x', flush=True)\nos.abort()",
+    "os_fork": "import os\npid = os.fork()\nif pid == 0:\n    print('child')\n    os._exit(4)\n"
+               "print('parent', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))",
+    "multiprocessing_fork": "import multiprocessing as mp\ndef f(x):\n    return x * x\n"
+                            "if __name__ == '__main__':\n    with mp.get_context('fork').Pool(2) as p:\n"
+                            "        print(p.map(f, range(5)))",
+    "multiprocessing_spawn": "import multiprocessing as mp\ndef f(x):\n    return x + 1\n"
+                             "if __name__ == '__main__':\n    with mp.get_context('spawn').Pool(2) as p:\n"
+                             "        print(p.map(f, range(3)))",
+    "builtins_patched": "import builtins, sys\nbuiltins.print = lambda *a, **k: None\n"
+                        "print('hidden')\nsys.stdout.write('shown\\n')",
+    "own_source": "import inspect, pickle\nclass C:\n    pass\n"
+                  "print(inspect.getsource(C), type(pickle.loads(pickle.dumps(C()))).__module__)",
+    "stdin_nul_bytes": "import sys\ndata = sys.stdin.buffer.read()\nprint(len(data), data)",
 }
 
 SUITE_PROGRAMS = {f"programs-{name}": code for name, code in PROGRAMS["python"].items() if code}
@@ -197,6 +231,8 @@ def _body_for(name: str) -> dict:
         return {"stdin": "3 4\n"}
     if name == "stdin_crlf":
         return {"stdin": "a b\r\nc\rd\r\n"}
+    if name == "stdin_nul_bytes":
+        return {"stdin": "hello\x00world\n"}
     if name.endswith("files"):
         import base64
         return {"files": {"data/in.txt": base64.b64encode(b"some text").decode()},
