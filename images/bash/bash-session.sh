@@ -5,17 +5,18 @@
 # socket, "$1" its control folder; per call "RUN <seq> <display>" runs <seq>.code with stdin,
 # stdout and stderr on the call's files, and we answer "DONE <seq> <exit status>". A call
 # that runs `exit` ends the shell: the server reports it and starts a fresh one.
-# Our own names start with __sandbox_ so that a call is unlikely to clobber them.
+# Our own names start with __sandbox_ so that a call is unlikely to clobber them, and the
+# loop calls `builtin` read, . and printf: a call may define functions of those names.
 __sandbox_control=$1
 shopt -s expand_aliases
 cd /sandbox || exit 1
 exec 0</dev/null 1>/dev/null 2>/dev/null
 printf 'READY\n' >&4
-while IFS=' ' read -r __sandbox_verb __sandbox_seq __sandbox_rest <&4; do
+while IFS=' ' builtin read -r __sandbox_verb __sandbox_seq __sandbox_rest <&4; do
     [[ $__sandbox_verb == RUN && $__sandbox_seq =~ ^[0-9]+$ ]] || continue
     __sandbox_stdin=$__sandbox_control/$__sandbox_seq.stdin
     [[ -e $__sandbox_stdin ]] || __sandbox_stdin=/dev/null  # none given
-    . "$__sandbox_control/$__sandbox_seq.code" <"$__sandbox_stdin" \
+    builtin . "$__sandbox_control/$__sandbox_seq.code" <"$__sandbox_stdin" \
         >>"$__sandbox_control/$__sandbox_seq.out" 2>>"$__sandbox_control/$__sandbox_seq.err"
-    printf 'DONE %s %d\n' "$__sandbox_seq" "$?" >&4
+    builtin printf 'DONE %s %d\n' "$__sandbox_seq" "$?" >&4
 done

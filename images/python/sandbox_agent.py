@@ -460,7 +460,10 @@ class Context:
                           if name.isidentifier())
         with open(script, "w") as f:
             f.write(exports + code + "\n")
-        self.proc.stdin.write(f"source {script} </dev/null; printf '%d\\n' $? >&{self.marker_fd}\n".encode())
+        # `builtin`: a cell may define its own printf or source (a function shadows a builtin);
+        # the status line must still come, or the context waits for it until its timeout.
+        self.proc.stdin.write(f"builtin source {script} </dev/null; "
+                              f"builtin printf '%d\\n' $? >&{self.marker_fd}\n".encode())
         self.proc.stdin.flush()
 
     def interrupt(self) -> None:

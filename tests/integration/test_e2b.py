@@ -131,6 +131,16 @@ def test_two_contexts_are_independent_and_bash_keeps_its_state(sbx):
         sbx.run_code("echo gone", context=shell)
 
 
+def test_a_bash_cell_may_define_printf_and_source(sbx):
+    # The bash context's status line comes from builtins: a cell's own printf function once
+    # kept its execution waiting until the client's timeout.
+    shell = sbx.create_code_context(language="bash")
+    defined = sbx.run_code("printf() { echo mine; }\nsource() { :; }\nkept=1", context=shell,
+                           timeout=scaled(30))
+    assert defined.error is None
+    assert "".join(sbx.run_code("echo $kept; printf", context=shell).logs.stdout) == "1\nmine\n"
+
+
 def test_environment_of_the_sandbox_and_of_one_call(url):
     from e2b_code_interpreter import Sandbox
 

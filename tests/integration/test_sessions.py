@@ -164,6 +164,21 @@ def test_bash_keeps_cwd_variables_and_functions(url):
         requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
 
 
+def test_bash_functions_named_like_builtins_do_not_stop_the_session(url):
+    # The session's loop reads, sources and answers with builtins; a call's own `printf`
+    # function once made every call time out and restart the shell.
+    session = create(url, "bash")["session_id"]
+    try:
+        defined = call(url, session, "printf() { echo mine; }\nread() { :; }\nsource() { :; }\n"
+                                     ". () { :; }\nkept=1\nprintf", "bash")
+        assert defined["status"] == "Success" and out(defined) == "mine\n", defined
+        assert defined["session_restarted"] is False
+        after = call(url, session, "echo $kept\nprintf", "bash")
+        assert out(after) == "1\nmine\n" and after["session_restarted"] is False
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
 def test_compiled_language_keeps_its_work_directory(url):
     session = create(url, "cpp")["session_id"]
     writer = ('#include <fstream>\nint main() { std::ofstream("state.txt") << "from call one"; }')
