@@ -114,6 +114,9 @@ def run_cell(seq: int, display: bool) -> int:
         source = f.read()
     bind_stdio(seq)
     code = 0
+    if display:  # IPython's, which a notebook's cells call without importing it
+        builtins.display = lambda *objects, **_: results.extend(
+            {"type": "display", "data": {"text/plain": repr(obj)}} for obj in objects)
     try:
         current = seq
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -136,6 +139,8 @@ def run_cell(seq: int, display: bool) -> int:
     finally:
         current = None
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if display:
+            builtins.__dict__.pop("display", None)
     if display:
         try:
             results += [{"type": "display", "data": {"image/png": png}} for png in figures()]

@@ -133,8 +133,17 @@ def magic(line: str) -> None:
                          f"`%matplotlib` work).\n")
 
 
+def display(*objects, **_options) -> None:
+    """IPython's `display`, which notebooks' code calls without importing it: each object a
+    result of the cell (not its main one), after what the cell printed before it."""
+    flush()
+    for obj in objects:
+        emit({"ev": "result", "data": formats(obj), "main": False})
+
+
 builtins.__sandbox_shell__ = shell
 builtins.__sandbox_magic__ = magic
+builtins.display = display
 
 
 def with_escapes(source: str) -> str:

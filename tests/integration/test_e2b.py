@@ -131,6 +131,17 @@ def test_two_contexts_are_independent_and_bash_keeps_its_state(sbx):
         sbx.run_code("echo gone", context=shell)
 
 
+def test_display_shows_each_object_as_a_result_in_order(sbx):
+    execution = sbx.run_code("print('first')\ndisplay(1, 'two')\nimport pandas as pd\n"
+                             "display(pd.DataFrame({'a': [1]}))\n5")
+    assert execution.error is None and execution.logs.stdout == ["first\n"]
+    assert [(r.text, r.is_main_result) for r in execution.results[:2]] == [
+        ("1", False), ("'two'", False)]
+    frame, main = execution.results[2:]
+    assert "<table" in frame.html and not frame.is_main_result
+    assert main.text == "5" and main.is_main_result
+
+
 def test_a_bash_cell_may_define_printf_and_source(sbx):
     # The bash context's status line comes from builtins: a cell's own printf function once
     # kept its execution waiting until the client's timeout.

@@ -362,6 +362,23 @@ def test_run_jupyter_sandboxfusion_cases(url):
     assert png.startswith(b"\x89PNG") and plot["cells"][1]["stderr"] == ""
 
 
+def test_run_jupyter_cells_call_display_as_a_notebooks_do(url):
+    answer = requests.post(f"{url}/run_jupyter", json={"cells": [
+        "display(1, 'two')\nprint('between')\ndisplay([3])\n4", "display"]}, timeout=TIMEOUT)
+    assert answer.status_code == 200, answer.text
+    first, second = answer.json()["cells"]
+    assert [d["text/plain"] for d in first["display"]] == ["1", "'two'", "[3]", "4"]
+    assert first["stdout"] == "between\n" and not first["error"]
+    assert second["display"][0]["text/plain"].startswith("<function")
+    # A plain session is `python3`, where there is no such builtin.
+    session = create(url)["session_id"]
+    try:
+        plain = call(url, session, "display(1)")
+        assert "NameError: name 'display' is not defined" in plain["run_result"]["stderr"]
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
 def test_run_jupyter_refuses_what_cannot_run_and_survives_a_forged_display(url):
     surrogate = requests.post(f"{url}/run_jupyter", data='{"cells": ["print(1)", "x = \\ud800"]}',
                               headers={"content-type": "application/json"}, timeout=TIMEOUT)
