@@ -131,6 +131,13 @@ def test_two_contexts_are_independent_and_bash_keeps_its_state(sbx):
         sbx.run_code("echo gone", context=shell)
 
 
+def test_a_cell_asking_for_too_much_memory_gets_memoryerror_and_the_context_lives(sbx):
+    sbx.run_code("kept = 41")
+    refused = sbx.run_code("bytearray(2**47)")
+    assert refused.error is not None and refused.error.name == "MemoryError", refused
+    assert sbx.run_code("kept + 1").text == "42"
+
+
 def test_display_shows_each_object_as_a_result_in_order(sbx):
     execution = sbx.run_code("print('first')\ndisplay(1, 'two')\nimport pandas as pd\n"
                              "display(pd.DataFrame({'a': [1]}))\n5")

@@ -9,7 +9,7 @@ from typing import Sequence
 from ..gpu import GpuAccess
 from ..models import Limits
 from .base import SANDBOX_UID, WORKDIR
-from .seccomp import SECCOMP_PROFILE, bpf_annotation, with_memory_cap
+from .seccomp import bpf_annotation, sandbox_profile
 
 # The devices Docker allows (null, zero, full, random, urandom, tty); everything else denied.
 DEVICES = [{"allow": False, "access": "rwm"}] + [
@@ -24,11 +24,16 @@ READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysr
 def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: Limits,
                   workdir: Path, cgroups_path: str, swap_accounting: bool,
                   precompiled_seccomp: bool, workdir_writable: bool = True,
-                  extra_mounts: Sequence[dict] = (), gpu: GpuAccess | None = None) -> dict:
+                  extra_mounts: Sequence[dict] = (), gpu: GpuAccess | None = None,
+                  memory_rule: bool = True) -> dict:
     """config.json for a container running ``args`` as PID 1 over ``workdir`` (at /sandbox).
     ``extra_mounts``: more bind mounts (a session's control folder). ``gpu``: the host's GPUs
     passed through (a GPU runtime's sandbox only; its ``rootfs`` is a root of its own).
-    ``precompiled_seccomp``: the runtime loads the filter compiled here (crun's annotation)."""
+    ``precompiled_seccomp``: the runtime loads the filter compiled here (crun's annotation).
+    ``memory_rule``: the filter ends a program that maps more than the whole cap at once
+    (``seccomp.with_memory_cap``: a run's cheap out-of-memory verdict). Without it, for a
+    sandbox that keeps an interpreter's state (a session's, an E2B sandbox's), such a request
+    fails as the kernel fails it, and Python answers MemoryError with its state kept."""
     limits = limits
     memory = limits.memory_mb * 1024 * 1024
     stack = limits.stack_bytes
@@ -39,8 +44,9 @@ def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: 
     namespaces = [{"type": t} for t in ("pid", "ipc", "uts", "mount", "cgroup")]
     if not limits.network:
         namespaces.append({"type": "network"})
-    annotations = bpf_annotation(memory) if precompiled_seccomp else {}
-    seccomp = {} if annotations else {"seccomp": with_memory_cap(SECCOMP_PROFILE, memory)}
+    cap = memory if memory_rule else None
+    annotations = bpf_annotation(cap) if precompiled_seccomp else {}
+    seccomp = {} if annotations else {"seccomp": sandbox_profile(cap)}
     config = {
         "ociVersion": "1.0.2",
         "annotations": annotations,

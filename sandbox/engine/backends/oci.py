@@ -149,7 +149,8 @@ class OciSandbox:
                                swap_accounting=self._backend.swap_accounting,
                                precompiled_seccomp=self._backend.precompiled_seccomp,
                                workdir_writable=workdir_writable, extra_mounts=extra_mounts,
-                               gpu=self._backend.gpu if self._limits.gpu else None)
+                               gpu=self._backend.gpu if self._limits.gpu else None,
+                               memory_rule=self._single_use)
         return template_config(config) if template else config
 
 

@@ -157,18 +157,24 @@ def with_memory_cap(profile: dict, cap_bytes: int) -> dict:
     return capped
 
 
+def sandbox_profile(cap_bytes: int | None) -> dict:
+    """The sandboxes' profile: with the memory cap's rule for ``cap_bytes``, or, for None,
+    without it (a session's or an E2B sandbox's: see ``bundle.bundle_config``)."""
+    return SECCOMP_PROFILE if cap_bytes is None else with_memory_cap(SECCOMP_PROFILE, cap_bytes)
+
+
 @lru_cache(maxsize=64)
-def compiled_filter(cap_bytes: int) -> bytes | None:
-    """The sandboxes' filter for memory cap ``cap_bytes``, compiled; None when it cannot be
-    compiled here (no libseccomp: the runtime compiles ``linux.seccomp`` itself)."""
+def compiled_filter(cap_bytes: int | None) -> bytes | None:
+    """``sandbox_profile(cap_bytes)`` compiled; None when it cannot be compiled here (no
+    libseccomp: the runtime compiles ``linux.seccomp`` itself)."""
     try:
-        return compile_profile(with_memory_cap(SECCOMP_PROFILE, cap_bytes))
+        return compile_profile(sandbox_profile(cap_bytes))
     except (SeccompUnavailable, OSError):
         return None
 
 
 @lru_cache(maxsize=64)
-def filter_base64(cap_bytes: int) -> str | None:
+def filter_base64(cap_bytes: int | None) -> str | None:
     """``compiled_filter`` as base64 text: crun's annotation, a warm template's run request."""
     bpf = compiled_filter(cap_bytes)
     return base64.b64encode(bpf).decode() if bpf else None
@@ -180,7 +186,7 @@ def profile_json(cap_bytes: int) -> str:
     return json.dumps(with_memory_cap(SECCOMP_PROFILE, cap_bytes))
 
 
-def bpf_annotation(cap_bytes: int) -> dict[str, str]:
+def bpf_annotation(cap_bytes: int | None) -> dict[str, str]:
     """crun's annotation carrying the compiled filter, or {} when it cannot be compiled here."""
     bpf = filter_base64(cap_bytes)
     return {"run.oci.seccomp_bpf_data": bpf} if bpf else {}
