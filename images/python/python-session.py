@@ -107,6 +107,11 @@ def release_stdio() -> None:
     os.close(null)
 
 
+def shown(value) -> dict:
+    """A value as a display entry of /run_jupyter's answer."""
+    return {"type": "display", "data": {"text/plain": repr(value)}}
+
+
 def run_cell(seq: int, display: bool) -> int:
     global current
     results = []
@@ -115,8 +120,7 @@ def run_cell(seq: int, display: bool) -> int:
     bind_stdio(seq)
     code = 0
     if display:  # IPython's, which a notebook's cells call without importing it
-        builtins.display = lambda *objects, **_: results.extend(
-            {"type": "display", "data": {"text/plain": repr(obj)}} for obj in objects)
+        builtins.display = lambda *objects, **_: results.extend(map(shown, objects))
     try:
         current = seq
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -126,7 +130,7 @@ def run_cell(seq: int, display: bool) -> int:
         if last is not None:
             value = eval(last, main.__dict__)
             if display and value is not None:
-                results.append({"type": "display", "data": {"text/plain": repr(value)}})
+                results.append(shown(value))
     except SystemExit as exc:
         code = exit_code(exc.code)
     except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like a notebook's

@@ -183,7 +183,7 @@ def filter_base64(cap_bytes: int | None) -> str | None:
 @lru_cache(maxsize=64)
 def profile_json(cap_bytes: int) -> str:
     """The profile for memory cap ``cap_bytes`` as Docker's ``--security-opt seccomp=`` takes it."""
-    return json.dumps(with_memory_cap(SECCOMP_PROFILE, cap_bytes))
+    return json.dumps(sandbox_profile(cap_bytes))
 
 
 def bpf_annotation(cap_bytes: int | None) -> dict[str, str]:
