@@ -184,6 +184,9 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
         version=__version__,
         description="SandboxFusion-compatible code execution: a fresh, isolated container per request.",
         lifespan=lifespan,
+        # A JSON body sent without a Content-Type (requests' `data=json.dumps(...)`) is read as
+        # JSON, as SandboxFusion's FastAPI read it; a declared non-JSON type still is not.
+        strict_content_type=False,
     )
 
     # The operator's asset folder is hashed here, before the server answers.
@@ -207,6 +210,10 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
     async def readable_validation_error(request: Request, exc: RequestValidationError):
         problems = []
         for err in exc.errors():
+            if err.get("type") == "json_invalid":  # loc is ("body", character offset)
+                at, why = err.get("loc", ("body", "?"))[-1], (err.get("ctx") or {}).get("error", "")
+                problems.append(f"body is not valid JSON (at character {at}: {why})")
+                continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
             problems.append(f"{where}: {err.get('msg')}")
         return JSONResponse(status_code=422, content={

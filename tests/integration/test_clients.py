@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 
 import pytest
 import requests
@@ -76,6 +77,19 @@ def test_sandbox_fusion_sdk(server):
                          endpoint=server, max_attempts=1)
     assert timed_out.status == RunStatus.Failed
     assert timed_out.run_result.status == "TimeLimitExceeded"
+
+
+def test_hand_written_client_without_content_type(server):
+    """requests' `data=json.dumps(body)` sends no Content-Type; SandboxFusion reads it as JSON."""
+    body = {"code": "print(input()[::-1])", "language": "python", "stdin": "olleh"}
+    response = requests.post(f"{server}/run_code", data=json.dumps(body), timeout=30)
+    assert "content-type" not in {k.lower() for k in response.request.headers}
+    assert response.status_code == 200, response.text
+    assert response.json()["run_result"]["stdout"] == "hello\n"
+    # A declared non-JSON type is still refused, as SandboxFusion refuses it.
+    refused = requests.post(f"{server}/run_code", data=json.dumps(body), timeout=30,
+                            headers={"content-type": "text/plain"})
+    assert refused.status_code == 422
 
 
 # --- sandbox.verl: the same verdicts in one /v1/evaluate request per sample ----------------

@@ -56,6 +56,16 @@ def test_requests_that_cannot_run_get_a_422_that_says_why(client, body, fragment
     assert fragment in response.json()["detail"]
 
 
+@pytest.mark.parametrize("raw, fragment", [
+    (b"{not json", "body is not valid JSON (at character 1: Expecting property name"),
+    (b'{"code": "x", "language": "python",}', "body is not valid JSON (at character 35:"),
+])
+def test_malformed_json_gets_a_422_that_says_so(client, raw, fragment):
+    response = client.post("/run_code", content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert fragment in response.json()["detail"]
+
+
 def test_schema_errors_are_readable(client):
     response = client.post("/run_code", json={"language": "python"})
     assert response.status_code == 422
