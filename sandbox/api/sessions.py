@@ -293,15 +293,21 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
                     cell.display.append(item["data"])
                 elif item.get("type") == "error":
                     cell.error.append({k: item.get(k) for k in ("ename", "evalue", "traceback")})
+            # A cell that raised is the notebook's answer, not a failed run: SandboxFusion says
+            # Success with the exception in the cell's `error` (its driver finished). Only a
+            # cell the sandbox had to stop (its deadline, its memory cap) fails the request.
+            stopped = False
             if step.status.value == "TimeLimitExceeded":
                 cell.error.append({"ename": "TimeoutError", "evalue": f"cell {index} timed out after "
                                    f"{timeout:g} s", "traceback": []})
+                stopped = True
             if result.oom_killed:
                 cell.error.append({"ename": "MemoryError", "evalue": f"cell {index} ran out of memory "
                                    f"(cap {limits.memory_mb} MB)", "traceback": []})
+                stopped = True
             cells.append(cell)
-            if cell.error and status == "Success":
-                status, message = "Failed", f"cell {index}: {cell.error[0]['ename']}"
+            if stopped and status == "Success":
+                status, message = "Failed", f"cell {index}: {cell.error[-1]['evalue']}"
         if status != "SandboxError" and probe.fetch_files:
             found = await session.box.read_files(probe.fetch_files, settings.max_fetch_bytes)
             for original in req.fetch_files:

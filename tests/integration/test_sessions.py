@@ -360,6 +360,13 @@ def test_run_jupyter_sandboxfusion_cases(url):
     assert raised["cells"][1]["stderr"] == "This is an error message\n"
     assert raised["cells"][2]["error"][0]["ename"] == "AssertionError"
     assert raised["cells"][3]["stdout"] == "hello\n"
+    # SandboxFusion's driver finished: Success, the exception is the cell's `error`.
+    assert raised["status"] == "Success"
+    # A cell the sandbox had to stop still fails the request.
+    stopped = requests.post(f"{url}/run_jupyter", json={"cells": ["while True: pass"], "cell_timeout": 1},
+                            timeout=TIMEOUT).json()
+    assert stopped["status"] == "Failed" and stopped["cells"][0]["error"][-1]["ename"] == "TimeoutError"
+    assert "timed out" in stopped["message"]
     plot = jupyter(["import matplotlib.pyplot as plt",
                     "plt.plot([1, 2, 3], [2, 3, 5])\nplt.title('Simple Plot')\nplt.show()"])
     png = base64.b64decode(plot["cells"][1]["display"][0]["image/png"])
