@@ -375,9 +375,12 @@ class Engine:
             return result, entry
         result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s, limits.output_bytes)
         await self._note_memory(box, result, job)
-        # A run stopped at its deadline or output cap took the sandbox with it.
-        if job.fetch_files and result.run.status is StepStatus.FINISHED \
-                and not result.run.output_limited:
+        # What a program wrote before it was stopped at its deadline or output cap is read
+        # back as SandboxFusion reads it, where the stop left the files (a Docker container's
+        # tmpfs goes with the container).
+        stopped = result.run.status is StepStatus.TIME_LIMIT or result.run.output_limited
+        if job.fetch_files and result.run.status is not StepStatus.ERROR \
+                and (not stopped or box.keeps_files_when_stopped):
             result.files = await box.read_files(job.fetch_files, limits.fetch_bytes)
         return result, entry
 

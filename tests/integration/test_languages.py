@@ -156,6 +156,22 @@ def test_absolute_paths_inside_the_sandbox(run):
     assert base64.b64decode(result["files"]["/mnt/b"]) == b"sauce"
 
 
+@pytest.mark.parametrize("language, code", [
+    ("python", "open('o.txt', 'w').write('kept')\nwhile True: pass"),  # a warm template's fork
+    ("bash", "printf kept > o.txt\nwhile :; do :; done"),  # a cold container
+    ("python", "open('o.txt', 'w').write('kept')\nimport sys\nwhile True: sys.stdout.write('x' * 65536)"),
+])
+def test_files_written_before_a_stop_are_fetched(run, backend_name, language, code):
+    """A program stopped at its deadline or output cap: what it wrote is read back, as
+    SandboxFusion reads it (Docker's backend cannot: its work directory goes with the
+    container it kills)."""
+    result = run(code, language, run_timeout=scaled(1), fetch_files=["o.txt"])
+    assert result["status"] == "Failed", result
+    stopped = result["run_result"]["status"] == "TimeLimitExceeded" or "output passed" in result["message"]
+    assert stopped, result
+    expected = {"o.txt": b"kept"} if backend_name == "oci" else {}
+    assert {path: base64.b64decode(data) for path, data in result["files"].items()} == expected
+
 def test_localhost_resolves_and_loopback_works(run):
     code = ("import socket, threading\n"
             "server = socket.create_server(('127.0.0.1', 0))\n"

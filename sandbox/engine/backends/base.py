@@ -62,6 +62,9 @@ class Sandbox(Protocol):
     """One fresh, single-use container. Closed (and destroyed) by the context manager that made it."""
 
     id: str
+    # Whether the work directory is still there to read after a run was stopped (its
+    # deadline, its output cap): the stop kills the processes, not the files.
+    keeps_files_when_stopped: bool
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None: ...

@@ -70,6 +70,8 @@ class FrameDemuxer:
 
 
 class DockerSandbox:
+    keeps_files_when_stopped = False  # a stop kills the container, and its tmpfs goes with it
+
     def __init__(self, backend: "DockerBackend", container_id: str, limits: Limits) -> None:
         self._backend = backend
         self.id = container_id

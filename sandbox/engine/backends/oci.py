@@ -69,6 +69,8 @@ RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:
 
 
 class OciSandbox:
+    keeps_files_when_stopped = True  # the work directory is a tmpfs of ours, not the container's
+
     def __init__(self, backend: "OciBackend", job_id: str, rootfs: Path, env: list[str],
                  limits: Limits, image: str = "", single_use: bool = False) -> None:
         self._backend = backend
