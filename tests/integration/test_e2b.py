@@ -268,6 +268,33 @@ def test_a_background_command_can_be_waited_for_and_killed(sbx):
     assert sbx.commands.kill(endless.pid) is False
 
 
+def test_a_commands_timeout_ends_it_as_envd_does(sbx):
+    """envd kills a command when the `timeout` the SDK sends (Connect-Timeout-Ms) passes: the
+    sync SDK's TimeoutException leaves nothing running, and the async SDK, which waits for the
+    end event, gets one (it would wait for a command that never ends without end)."""
+    from e2b import AsyncSandbox, CommandExitException, TimeoutException
+
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("sleep 1000", timeout=2)
+    background = sbx.commands.run("sleep 1000", background=True, timeout=2)
+    kept = sbx.commands.run("sleep 1000", background=True, timeout=0)  # 0: no timeout
+    deadline = time.monotonic() + scaled(20)
+    while len(sbx.commands.list()) > 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert [p.pid for p in sbx.commands.list()] == [kept.pid] and background.pid != kept.pid
+    with pytest.raises(CommandExitException) as failed:
+        sbx.commands.run("exit 3")
+    assert failed.value.error == "exit status 3"  # envd's end event carries it
+
+    async def endless() -> None:
+        sandbox = await AsyncSandbox.connect(sbx.sandbox_id)
+        with pytest.raises(CommandExitException) as ended:
+            await asyncio.wait_for(sandbox.commands.run("sleep infinity", timeout=2), scaled(30))
+        assert ended.value.exit_code == -1 and ended.value.error == "signal: killed"
+
+    asyncio.run(endless())
+
+
 def test_output_nobody_reads_is_dropped_not_held(sbx):
     """The sync SDK reads a background command's stream only in wait(): what it has not read
     is held up to a bound (16 MiB), not without end, and the end still arrives."""

@@ -66,14 +66,41 @@ def _string(message: dict, name: str, required: bool = True) -> str | None:
 
 
 def _end(code: int) -> dict:
-    """envd's end event: an exit code, or -1 and the signal that killed it."""
-    if code >= 0:
-        return {"exitCode": code, "exited": True, "status": f"exit status {code}"}
+    """envd's end event: an exit code, or -1 and the signal that killed it; unless the process
+    exited 0, ``error`` says how it ended (Go's ``cmd.Wait()`` error, which envd sends and the
+    SDK gives as ``CommandExitException.error``)."""
+    if code == 0:
+        return {"exitCode": 0, "exited": True, "status": "exit status 0"}
+    if code > 0:
+        status = f"exit status {code}"
+        return {"exitCode": code, "exited": True, "status": status, "error": status}
     try:
         name = {9: "killed", 15: "terminated"}.get(-code) or signals.Signals(-code).name
     except ValueError:
         name = f"signal {-code}"
-    return {"exitCode": -1, "exited": False, "status": f"signal: {name}"}
+    status = f"signal: {name}"
+    return {"exitCode": -1, "exited": False, "status": status, "error": status}
+
+
+def _deadline(request: Request) -> float | None:
+    """The call's ``Connect-Timeout-Ms`` in seconds (the SDK sends a command's ``timeout``
+    there), or None: envd kills the process when it passes, and the async SDK counts on it."""
+    given = request.headers.get("connect-timeout-ms")
+    if given is None:
+        return None
+    if not given.isascii() or not given.isdigit() or len(given) > 10:
+        raise RpcError("invalid_argument", "Connect-Timeout-Ms must be a positive whole number "
+                                           "of milliseconds (at most 10 digits)")
+    return int(given) / 1000 or None
+
+
+async def _kill_at(sandbox: E2bSandbox, process: Process, seconds: float) -> None:
+    """The process (its group) killed when its command's timeout passes, as envd does."""
+    await asyncio.sleep(seconds)
+    if sandbox.processes.get(process.pid) is process:
+        with contextlib.suppress(BackendError):
+            await sandbox.session.agent.tell("signal", target=process.request_id,
+                                             signal=int(signals.SIGKILL))
 
 
 async def _pump(sandbox: E2bSandbox, process: Process, events: AsyncIterator[dict]) -> None:
@@ -96,6 +123,8 @@ async def _pump(sandbox: E2bSandbox, process: Process, events: AsyncIterator[dic
                 process.tell({"error": (str(event.get("code")), str(event.get("message")))})
                 return
     finally:
+        if process.deadline is not None:
+            process.deadline.cancel()
         sandbox.processes.pop(process.pid, None)
         process.tell(None)
 
@@ -188,6 +217,7 @@ def envd_router(services) -> APIRouter:
             raise RpcError("unimplemented", "terminals (pty) are not served here: run the "
                                             "command without one")
         tag = _string(message, "tag", required=False)
+        deadline = _deadline(request)
         with rpc_errors(sandbox):
             request_id, events = await sandbox.session.agent.stream(
                 "spawn", argv=[cmd, *args], env={**sandbox.env, **envs},
@@ -203,6 +233,8 @@ def envd_router(services) -> APIRouter:
                                                      **({"cwd": config["cwd"]} if config.get("cwd") else {})}, tag)
         listener = process.listen()
         sandbox.processes[process.pid] = process
+        if deadline is not None:
+            process.deadline = asyncio.create_task(_kill_at(sandbox, process, deadline))
         process.task = asyncio.create_task(_pump(sandbox, process, events))
         note_sandbox_call(request, "bash" if cmd.endswith("bash") else cmd, " ".join([cmd, *args]),
                           sandbox.id, sandbox.session.limits.memory_mb)

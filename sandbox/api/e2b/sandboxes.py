@@ -76,6 +76,7 @@ class Process:
     listeners: list[Listener] = field(default_factory=list)
     ended: dict | None = None          # the end event, once it came
     task: asyncio.Task | None = None
+    deadline: asyncio.Task | None = None   # kills it when its command's timeout passes
 
     def listen(self) -> Listener:
         listener = Listener()
