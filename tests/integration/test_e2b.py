@@ -229,10 +229,17 @@ def test_writing_many_files_at_once(sbx):
 
 
 def test_file_errors_are_e2bs(sbx):
-    from e2b import SandboxException
+    from e2b import FileNotFoundException, InvalidArgumentException, SandboxException
 
     with pytest.raises(SandboxException, match="(?i)read-only|permission"):
         sbx.files.write("/etc/passwd", "mine now")
+    # Listing a folder that is not there is envd's not_found, as reading a missing file is;
+    # listing a file is invalid_argument.
+    with pytest.raises(FileNotFoundException):
+        sbx.files.list("no/such/folder")
+    sbx.files.write("plain.txt", "x")
+    with pytest.raises(InvalidArgumentException):
+        sbx.files.list("plain.txt")
     response = requests.post(f"{os.environ['E2B_SANDBOX_URL']}/files?path=big.bin",
                              headers={**data_headers(sbx), "Content-Type": "application/octet-stream"},
                              data=b"\0" * ((64 << 20) + 1), timeout=scaled(60))

@@ -309,7 +309,15 @@ def envd_router(services) -> APIRouter:
 
     @rpc("filesystem.Filesystem/ListDir")
     async def list_dir(request: Request):
-        entries = await fs_call(request, "list", "path")
+        try:
+            entries = await fs_call(request, "list", "path")
+        except RpcError as exc:
+            if exc.code != "invalid_argument":
+                raise
+            # The agent answers "not a directory" for a path that is not there too; envd
+            # answers not_found (the SDK's FileNotFoundException) for that, as Stat does.
+            await fs_call(request, "stat", "path")
+            raise
         return {"entries": _checked(lambda: [entry_info(e) for e in entries])}
 
     async def fs_entry(request: Request, call: str, *names: str, **renamed: str) -> dict:
