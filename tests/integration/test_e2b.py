@@ -226,6 +226,11 @@ def test_writing_many_files_at_once(sbx):
                                    WriteEntry(path="/tmp/two.txt", data=b"2")])
     assert sorted(i.path for i in infos) == ["/home/user/many/one.txt", "/tmp/two.txt"]
     assert sbx.commands.run("cat many/one.txt /tmp/two.txt").stdout == "12"
+    # A repository's worth in one call (one multipart body; envd has no bound on its parts).
+    infos = sbx.files.write_files([WriteEntry(path=f"repo/{i}.py", data=f"n = {i}\n")
+                                   for i in range(2500)])
+    assert len(infos) == 2500
+    assert sbx.commands.run("ls repo | wc -l; cat repo/2499.py").stdout == "2500\nn = 2499\n"
 
 
 def test_file_errors_are_e2bs(sbx):

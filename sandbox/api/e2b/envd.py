@@ -27,6 +27,9 @@ from .wire import (END_STREAM, STREAM_TYPE, E2bError, RpcError, entry_info, envi
                    frame, not_running, rpc_message, text_problem, unframe, write_info)
 
 SIGNALS = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15, 9: 9, 15: 15}
+# Files one write_files call may send (the SDK sends them all in one multipart body; envd has no
+# bound): a repository's worth, each part costing the server ~2 KB while the body is read.
+MAX_UPLOAD_FILES = 10_000
 # An agent's refusal as /files answers it (the SDK maps these statuses to its exceptions).
 FILES_STATUS = {"not_found": 404, "invalid_argument": 400, "permission_denied": 403,
                 "already_exists": 409, "resource_exhausted": 507, "out_of_range": 413}
@@ -407,7 +410,7 @@ async def _raw(request: Request) -> bytes:
 
 async def _multipart(request: Request, path: str) -> list[tuple[str, bytes]]:
     try:
-        form = await request.form(max_files=1000, max_fields=1000)
+        form = await request.form(max_files=MAX_UPLOAD_FILES, max_fields=1000)
     except Exception as exc:  # noqa: BLE001 - python-multipart's parse errors vary
         raise E2bError(400, f"the multipart body cannot be read: {exc}") from None
     parts = [value for name, value in form.multi_items() if name == "file" and hasattr(value, "read")]
