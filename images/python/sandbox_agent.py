@@ -235,8 +235,9 @@ def fs(call: str, args: dict):
     if call == "stat":
         return entry(path)
     if call == "list":
-        if not os.path.isdir(path):
-            raise NotADirectoryError(20, "not a directory", path)
+        if not os.path.isdir(path):  # not there at all: not_found, as envd answers
+            raise (NotADirectoryError(20, "not a directory", path) if os.path.exists(path)
+                   else FileNotFoundError(2, "no such directory", path))
         return listing(path, max(1, int(args.get("depth") or 1)))
     if call == "mkdir":
         if os.path.isdir(path):
@@ -456,14 +457,19 @@ class Context:
         folder = f"/tmp/.sandbox-agent-{os.getpid()}"
         os.makedirs(folder, mode=0o700, exist_ok=True)
         script = f"{folder}/{self.id}.sh"
-        exports = "".join(f"export {name}={shell_quote(value)}\n" for name, value in env.items()
-                          if name.isidentifier())
+        names = [name for name in env if name.isidentifier()]
+        exports = "".join(f"export {name}={shell_quote(env[name])}\n" for name in names)
         with open(script, "w") as f:
             f.write(exports + code + "\n")
+        # A cell's variables are its own, as E2B's are: after it, each is the context's again
+        # (its value when the context started, or unset), before the next cell is read.
+        context = environment(self.env)
+        restore = "".join(f"; builtin export {name}={shell_quote(context[name])}" if name in context
+                          else f"; builtin unset -v {name}" for name in names)
         # `builtin`: a cell may define its own printf or source (a function shadows a builtin);
         # the status line must still come, or the context waits for it until its timeout.
         self.proc.stdin.write(f"builtin source {script} </dev/null; "
-                              f"builtin printf '%d\\n' $? >&{self.marker_fd}\n".encode())
+                              f"builtin printf '%d\\n' $? >&{self.marker_fd}{restore}\n".encode())
         self.proc.stdin.flush()
 
     def interrupt(self) -> None:

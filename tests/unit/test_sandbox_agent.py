@@ -81,6 +81,22 @@ def test_a_cell_streams_its_output_then_its_value(agent_in):
     assert events[0]["text"] == "hi\n" and events[1]["data"]["text"] == "42" and events[1]["main"]
 
 
+def test_a_bash_cells_variables_are_its_own(agent_in):
+    """As in E2B: `envs` of one run_code are set for that cell only; after it each variable is
+    the context's again (unset, or the value the context started with)."""
+    agent = agent_in()
+    agent.send(op="context", id=1, context="b", language="bash", cwd="", env={"KEPT": "ctx"})
+    assert agent.until(1, {"reply", "fail"})[-1]["ev"] == "reply"
+    agent.send(op="exec", id=2, context="b", code='echo "$ONCE $KEPT"', env={"ONCE": "1", "KEPT": "cell"})
+    assert [e["text"] for e in agent.until(2, {"end"}) if e["ev"] == "stdout"] == ["1 cell\n"]
+    agent.send(op="exec", id=3, context="b", code='echo "[${ONCE-unset}] $KEPT"; X=state', env={})
+    assert [e["text"] for e in agent.until(3, {"end"}) if e["ev"] == "stdout"] == ["[unset] ctx\n"]
+    agent.send(op="exec", id=4, context="b", code='echo "$X"; false', env={"ONCE": "2"})
+    events = agent.until(4, {"end"})  # the cell's own state and its status are kept
+    assert [e["text"] for e in events if e["ev"] == "stdout"] == ["state\n"]
+    assert [e["value"] for e in events if e["ev"] == "error"] == ["1"]
+
+
 def test_an_interpreter_that_dies_at_once_ends_the_execution_with_an_error(agent_in):
     agent = agent_in(kernel_source="raise SystemExit(3)\n")
     agent.send(op="context", id=1, context="c", language="python", cwd="")
@@ -111,6 +127,10 @@ def test_file_operations_answer_with_connect_codes(agent_in):
     assert agent.until(2, {"reply", "fail"})[-1]["result"]["size"] == 3
     agent.send(op="fs", id=3, call="mkdir", args={"path": "d"})
     assert agent.until(3, {"reply", "fail"})[-1]["code"] == "already_exists"
+    agent.send(op="fs", id=31, call="list", args={"path": "no/such/folder"})
+    assert agent.until(31, {"reply", "fail"})[-1]["code"] == "not_found"
+    agent.send(op="fs", id=32, call="list", args={"path": "d/a.txt"})
+    assert agent.until(32, {"reply", "fail"})[-1]["code"] == "invalid_argument"
     # A FIFO the sandbox made would block a plain open(), and the agent with it.
     os.mkfifo(agent.home / "fifo")
     agent.send(op="fs", id=4, call="read", args={"path": "fifo", "limit": 10})
