@@ -245,6 +245,10 @@ def test_file_errors_are_e2bs(sbx):
     sbx.files.write("plain.txt", "x")
     with pytest.raises(InvalidArgumentException):
         sbx.files.list("plain.txt")
+    # File metadata (envd's extended attributes) is refused out loud, not dropped unsaid.
+    with pytest.raises(InvalidArgumentException, match="metadata"):
+        sbx.files.write("tagged.txt", "x", metadata={"owner": "me"})
+    assert not sbx.files.exists("tagged.txt")
     response = requests.post(f"{os.environ['E2B_SANDBOX_URL']}/files?path=big.bin",
                              headers={**data_headers(sbx), "Content-Type": "application/octet-stream"},
                              data=b"\0" * ((64 << 20) + 1), timeout=scaled(60))

@@ -362,6 +362,11 @@ def envd_router(services) -> APIRouter:
     @router.post("/files", summary="E2B envd: write files (multipart `file` parts, or one raw body)")
     async def write_files(request: Request, path: str = ""):
         sandbox = data_sandbox(sessions, request)
+        if any(name.lower().startswith("x-metadata-") for name in request.headers):
+            # envd keeps them as the file's extended attributes; dropping them unsaid would
+            # lose what the caller asked to keep.
+            raise E2bError(400, "file metadata (write(..., metadata=)) is not stored here: "
+                                "write the file without it")
         kind = request.headers.get("content-type", "")
         if kind.startswith("multipart/form-data"):
             uploads = await _multipart(request, path)

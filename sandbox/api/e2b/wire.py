@@ -11,7 +11,8 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 # What the SDK gates features on (e2b/envd/versions.py): 0.6.4 clears every gate we serve
-# (stdin, close_stdin, octet-stream uploads, file metadata).
+# (stdin, close_stdin, octet-stream uploads; file metadata, which it also clears, is refused
+# out loud: envd.py).
 ENVD_VERSION = "0.6.4"
 STREAM_TYPE = "application/connect+json"   # exactly: the SDK refuses a charset parameter
 END_STREAM = 0x02
