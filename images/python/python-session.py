@@ -33,7 +33,7 @@ CONTROL = sys.argv[1]
 # and plt.show() leaves them open (sandbox_inline.py, beside this file).
 os.environ["MPLBACKEND"] = "module://sandbox_inline"
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source  # noqa: E402
+from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled  # noqa: E402
 
 channel = _socket.socket(fileno=4)
 commands = _queue.SimpleQueue()  # (seq, display), or None once the server is gone
@@ -125,10 +125,10 @@ def run_cell(seq: int, display: bool) -> int:
         current = seq
         signal.signal(signal.SIGINT, signal.default_int_handler)
         remember_source(source, seq)
-        body, last = compile_cell(source, seq)
-        exec(body, main.__dict__)
+        body, last = compile_cell(source, seq, top_level_await=display)
+        run_compiled(body, main.__dict__)
         if last is not None:
-            value = eval(last, main.__dict__)
+            value = run_compiled(last, main.__dict__)
             if display and value is not None:
                 results.append(shown(value))
     except SystemExit as exc:

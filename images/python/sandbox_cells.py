@@ -8,18 +8,38 @@ import _ast
 import io
 import sys
 
-PyCF_ONLY_AST = 0x400
+PyCF_ONLY_AST, PyCF_ALLOW_TOP_LEVEL_AWAIT, CO_COROUTINE = 0x400, 0x2000, 0x80
 CELL_FILE = "<cell-%d>"
+_loop = None  # a notebook's event loop, kept from cell to cell
 
 
-def compile_cell(source: str, seq: int):
-    """(statements, last expression or None): a notebook shows the last expression's value."""
+def compile_cell(source: str, seq: int, top_level_await: bool = False):
+    """(statements, last expression or None): a notebook shows the last expression's value.
+    ``top_level_await``: `await` outside a function is allowed, as in IPython (a notebook's
+    cells, E2B's contexts), not in `python3`'s (a plain session's)."""
     name = CELL_FILE % seq
+    flags = PyCF_ALLOW_TOP_LEVEL_AWAIT if top_level_await else 0
     tree = compile(source, name, "exec", PyCF_ONLY_AST)
     last = None
     if tree.body and isinstance(tree.body[-1], _ast.Expr):
-        last = compile(_ast.Expression(tree.body.pop().value), name, "eval")
-    return compile(tree, name, "exec"), last
+        last = compile(_ast.Expression(tree.body.pop().value), name, "eval", flags)
+    return compile(tree, name, "exec", flags), last
+
+
+def run_compiled(code, namespace: dict):
+    """``code`` from compile_cell run in ``namespace``: its value (an expression's). Code with a
+    top-level `await` runs on one event loop kept for the interpreter's life, as IPython's is:
+    a task one cell starts goes on while a later cell awaits."""
+    value = eval(code, namespace)
+    if code.co_flags & CO_COROUTINE:
+        global _loop
+        if _loop is None or _loop.is_closed():
+            import asyncio
+
+            _loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(_loop)
+        value = _loop.run_until_complete(value)
+    return value
 
 
 def remember_source(source: str, seq: int) -> None:

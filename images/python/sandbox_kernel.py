@@ -23,7 +23,7 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 os.environ["MPLBACKEND"] = "module://sandbox_inline"  # plt.show() leaves figures for us
-from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source  # noqa: E402
+from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled  # noqa: E402
 
 channel: socket.socket
 sending = threading.Lock()  # a cell's threads print too
@@ -196,9 +196,9 @@ def execute(seq: int, source: str, env: dict) -> None:
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         remember_source(source, seq)
-        body, last = compile_cell(with_escapes(source), seq)
-        exec(body, main.__dict__)
-        value = eval(last, main.__dict__) if last is not None else None
+        body, last = compile_cell(with_escapes(source), seq, top_level_await=True)
+        run_compiled(body, main.__dict__)
+        value = run_compiled(last, main.__dict__) if last is not None else None
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         flush()
         for png in figures():

@@ -149,6 +149,18 @@ def test_display_shows_each_object_as_a_result_in_order(sbx):
     assert main.text == "5" and main.is_main_result
 
 
+def test_top_level_await_runs_as_in_a_notebook(sbx):
+    # IPython runs a cell's top-level `await` on one event loop kept across cells.
+    sbx.run_code("import asyncio\nasync def twice(x):\n    await asyncio.sleep(0.01)\n    return 2 * x")
+    assert sbx.run_code("await twice(21)").text == "42"
+    sbx.run_code("task = asyncio.ensure_future(twice(5))")
+    done = sbx.run_code("value = await task\nprint(value)")
+    assert done.error is None and done.logs.stdout == ["10\n"], done
+    failed = sbx.run_code("await asyncio.wait_for(asyncio.sleep(5), 0.01)")
+    assert failed.error is not None and failed.error.name == "TimeoutError", failed
+    assert "<cell-" in failed.error.traceback
+
+
 def test_a_bash_cell_may_define_printf_and_source(sbx):
     # The bash context's status line comes from builtins: a cell's own printf function once
     # kept its execution waiting until the client's timeout.

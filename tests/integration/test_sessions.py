@@ -375,9 +375,11 @@ def test_run_jupyter_sandboxfusion_cases(url):
 
 def test_run_jupyter_cells_call_display_as_a_notebooks_do(url):
     answer = requests.post(f"{url}/run_jupyter", json={"cells": [
-        "display(1, 'two')\nprint('between')\ndisplay([3])\n4", "display"]}, timeout=TIMEOUT)
+        "display(1, 'two')\nprint('between')\ndisplay([3])\n4", "display",
+        "import asyncio\nawait asyncio.sleep(0.01, result=7)"]}, timeout=TIMEOUT)
     assert answer.status_code == 200, answer.text
-    first, second = answer.json()["cells"]
+    first, second, awaited = answer.json()["cells"]
+    assert awaited["display"] == [{"text/plain": "7"}] and not awaited["error"]
     assert [d["text/plain"] for d in first["display"]] == ["1", "'two'", "[3]", "4"]
     assert first["stdout"] == "between\n" and not first["error"]
     assert second["display"][0]["text/plain"].startswith("<function")
@@ -386,6 +388,9 @@ def test_run_jupyter_cells_call_display_as_a_notebooks_do(url):
     try:
         plain = call(url, session, "display(1)")
         assert "NameError: name 'display' is not defined" in plain["run_result"]["stderr"]
+        # Nor a top-level await, which a notebook's cell may use (below).
+        awaited = call(url, session, "import asyncio\nawait asyncio.sleep(0)")
+        assert "'await' outside function" in awaited["run_result"]["stderr"]
     finally:
         requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
 
