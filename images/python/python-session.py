@@ -125,7 +125,7 @@ def run_cell(seq: int, display: bool) -> int:
         current = seq
         signal.signal(signal.SIGINT, signal.default_int_handler)
         remember_source(source, seq)
-        body, last = compile_cell(source, seq, top_level_await=display)
+        body, last = compile_cell(source, seq, notebook=display)
         run_compiled(body, main.__dict__)
         if last is not None:
             value = run_compiled(last, main.__dict__)

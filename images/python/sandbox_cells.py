@@ -13,17 +13,37 @@ CELL_FILE = "<cell-%d>"
 _loop = None  # a notebook's event loop, kept from cell to cell
 
 
-def compile_cell(source: str, seq: int, top_level_await: bool = False):
+def compile_cell(source: str, seq: int, notebook: bool = False):
     """(statements, last expression or None): a notebook shows the last expression's value.
-    ``top_level_await``: `await` outside a function is allowed, as in IPython (a notebook's
-    cells, E2B's contexts), not in `python3`'s (a plain session's)."""
+    ``notebook``: as IPython compiles a cell (a notebook's, an E2B context's), not as `python3`
+    runs a file (a plain session's): `await` outside a function is allowed, and a cell ending
+    in `;` shows no value."""
     name = CELL_FILE % seq
-    flags = PyCF_ALLOW_TOP_LEVEL_AWAIT if top_level_await else 0
+    flags = PyCF_ALLOW_TOP_LEVEL_AWAIT if notebook else 0
     tree = compile(source, name, "exec", PyCF_ONLY_AST)
     last = None
-    if tree.body and isinstance(tree.body[-1], _ast.Expr):
+    if tree.body and isinstance(tree.body[-1], _ast.Expr) and not (notebook and _silenced(source)):
         last = compile(_ast.Expression(tree.body.pop().value), name, "eval", flags)
     return compile(tree, name, "exec", flags), last
+
+
+def _silenced(source: str) -> bool:
+    """Whether the cell's last token is `;` (comments and blank lines aside), as IPython asks."""
+    if ";" not in source:
+        return False
+    import io
+    import tokenize
+
+    last = ""
+    skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+               tokenize.ENDMARKER}
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(source).readline):
+            if token.type not in skipped:
+                last = token.string
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return last == ";"
 
 
 def run_compiled(code, namespace: dict):

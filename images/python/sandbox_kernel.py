@@ -196,7 +196,7 @@ def execute(seq: int, source: str, env: dict) -> None:
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         remember_source(source, seq)
-        body, last = compile_cell(with_escapes(source), seq, top_level_await=True)
+        body, last = compile_cell(with_escapes(source), seq, notebook=True)
         run_compiled(body, main.__dict__)
         value = run_compiled(last, main.__dict__) if last is not None else None
         signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -149,7 +149,7 @@ def test_display_shows_each_object_as_a_result_in_order(sbx):
     assert main.text == "5" and main.is_main_result
 
 
-def test_top_level_await_runs_as_in_a_notebook(sbx):
+def test_cells_compile_as_ipythons_await_and_semicolon(sbx):
     # IPython runs a cell's top-level `await` on one event loop kept across cells.
     sbx.run_code("import asyncio\nasync def twice(x):\n    await asyncio.sleep(0.01)\n    return 2 * x")
     assert sbx.run_code("await twice(21)").text == "42"
@@ -159,6 +159,10 @@ def test_top_level_await_runs_as_in_a_notebook(sbx):
     failed = sbx.run_code("await asyncio.wait_for(asyncio.sleep(5), 0.01)")
     assert failed.error is not None and failed.error.name == "TimeoutError", failed
     assert "<cell-" in failed.error.traceback
+    # As IPython: a cell ending in `;` shows no value (it still runs).
+    silenced = sbx.run_code("shown = 3\nshown;  # no value")
+    assert silenced.error is None and silenced.results == [], silenced
+    assert sbx.run_code("shown").text == "3"
 
 
 def test_a_bash_cell_may_define_printf_and_source(sbx):
