@@ -89,6 +89,9 @@ class Interpreter:
             done, _ = await asyncio.wait({answer, live.ended}, timeout=INTERRUPT_GRACE_S,
                                          return_when=asyncio.FIRST_COMPLETED)
         wall = time.monotonic() - started
+        if live.ended.cancelled():  # the server stopped it (the session was deleted)
+            answer.cancel()
+            raise BackendError("the session's interpreter was stopped during the call")
         exit_code = answer.result() if answer in done and answer.exception() is None else None
         if not answer.done():
             answer.cancel()
@@ -96,6 +99,8 @@ class Interpreter:
         if needs_restart and not timed_out:
             # The control socket closed as the interpreter died; init reports how just after.
             await asyncio.wait({live.ended}, timeout=2.0)
+            if live.ended.cancelled():
+                raise BackendError("the session's interpreter was stopped during the call")
         if needs_restart and live.ended.done() and not timed_out:
             exit_code = live.ended.result()  # the interpreter died: how
         facts = live.memory_facts()

@@ -459,3 +459,24 @@ def test_a_call_for_another_replicas_session_says_it_was_lost(oci_server, tmp_pa
         # Its own sessions are untouched.
         assert requests.get(f"{alpha}/v1/sessions/{session_id}", timeout=TIMEOUT).json()[
             "executions"] == 1
+
+
+def test_deleting_a_session_during_a_call_answers_that_call(url):
+    session = create(url)["session_id"]
+    answers = {}
+
+    def slow():
+        answers["call"] = requests.post(f"{url}/run_code", json={
+            "code": "import time\ntime.sleep(30)", "language": "python", "session_id": session},
+            timeout=TIMEOUT)
+
+    caller = threading.Thread(target=slow)
+    caller.start()
+    time.sleep(scaled(1.5))
+    assert requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204
+    caller.join(TIMEOUT)
+    answer = answers["call"]
+    assert answer.status_code == 200, answer.text  # not a 500
+    assert answer.json()["status"] == "SandboxError"
+    assert "deleted during the call" in answer.json()["message"]
+
