@@ -145,7 +145,8 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     started = time.perf_counter()
     outcome = await session.run(services.engine, job)
     engine_s = time.perf_counter() - started
-    if outcome.restarted:
+    restarted = outcome.restarted or outcome.restarted_before
+    if restarted:
         sessions.note_restart(session)
     body = to_response(outcome.job, job, req.fetch_files)
     note_run_result(request, job, outcome.job, body.status, engine_s)
@@ -153,8 +154,12 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     response.headers["Server-Timing"] = f"engine;dur={engine_s * 1000:.2f}"
     response.headers[SESSION_HEADER] = session.id
     body.session_id = session.id
-    body.session_restarted = outcome.restarted
-    if outcome.restarted:
+    body.session_restarted = restarted
+    if outcome.restarted_before:
+        body.message = (body.message + "; " if body.message else "") + \
+            ("session restarted before the call (programs of earlier calls filled its output "
+             "folder): its interpreter state is gone, the work directory kept")
+    elif outcome.restarted:
         why = ("out of memory" if outcome.job.oom_killed else "timed out" if body.run_result and
                body.run_result.status == "TimeLimitExceeded" else "the interpreter ended")
         body.message = (body.message + "; " if body.message else "") + \

@@ -12,6 +12,7 @@ the same work directory: the reply says so (``restarted``), as after the interpr
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import time
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ MAX_DISPLAY_BYTES = 16 << 20
 class CallResult:
     step: StepResult
     restarted: bool = False          # the interpreter was started again: its state is gone
+    restarted_before: bool = False   # ... before the call could be handed to it
     oom_killed: bool = False
     peak_memory_bytes: int | None = None
     displays: list[dict] = field(default_factory=list)  # with display: results and errors
@@ -62,15 +64,24 @@ class Interpreter:
         inputs = ("code", "stdin") if stdin else ("code",)
         outputs = ("out", "err", "display") if display else ("out", "err")
         names = {kind: f"{seq}.{kind}" for kind in inputs + outputs}
-        try:
-            live.write_control(names["code"], code.encode("utf-8", "surrogateescape"))
-            if stdin:
-                live.write_control(names["stdin"], stdin)
-            for kind in outputs:
-                live.make_output(names[kind])
-        except OSError as exc:
-            live.remove_control(list(names.values()))
-            raise BackendError(f"cannot hand the call to the session's interpreter: {exc}") from exc
+        restarted_before = False
+        while True:
+            try:
+                live.write_control(names["code"], code.encode("utf-8", "surrogateescape"))
+                if stdin:
+                    live.write_control(names["stdin"], stdin)
+                for kind in outputs:
+                    live.make_output(names[kind])
+                break
+            except OSError as exc:
+                live.remove_control(list(names.values()))
+                if exc.errno != errno.ENOSPC or restarted_before:
+                    raise BackendError(f"cannot hand the call to the session's interpreter: {exc}") from exc
+                # Programs that outlived their call still write to its output files (gone from
+                # the folder, not from the tmpfs) and filled it: a fresh interpreter's container
+                # ends them and frees it. The state goes with them, and the answer says so.
+                await self.restart(lifetime_left_s)
+                restarted_before = True
         oom_before = self._oom_kills  # the counter only grows: what the last call left
         started = time.monotonic()
         try:
@@ -126,7 +137,7 @@ class Interpreter:
             if exit_code is None:
                 exit_code = -9  # the interpreter ended without a word: killed
             step = StepResult(StepStatus.FINISHED, exit_code, wall, stdout, stderr, out_cut, err_cut)
-        return CallResult(step, restarted=needs_restart, oom_killed=oom,
+        return CallResult(step, restarted=needs_restart, restarted_before=restarted_before, oom_killed=oom,
                           peak_memory_bytes=facts.peak_bytes, displays=displays)
 
     async def _done(self, seq: int) -> int:

@@ -49,8 +49,9 @@ class Call:
 @dataclass
 class SessionResult:
     job: JobResult
-    restarted: bool = False
+    restarted: bool = False          # after the call (it ended the interpreter)
     displays: list[dict] = field(default_factory=list)
+    restarted_before: bool = False   # before it (its output folder was full)
 
 
 class Session:
@@ -180,6 +181,8 @@ class Session:
                 self.last_used = time.time()
                 self._last_used_mono = time.monotonic()
             self.executions += 1
+            if log and result.restarted_before and self.history:
+                self.history[-1].restarted_after = True
             if log:
                 self.history.append(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
                                          restarted_after=result.restarted))
@@ -205,7 +208,8 @@ class Session:
             result.peak_memory_bytes = call.peak_memory_bytes
             if job.fetch_files and call.step.status is StepStatus.FINISHED:
                 result.files = await self.box.read_files(job.fetch_files, job.limits.fetch_bytes)
-            return SessionResult(result, restarted=call.restarted, displays=call.displays)
+            return SessionResult(result, restarted=call.restarted, displays=call.displays,
+                                 restarted_before=call.restarted_before)
         except BackendError as exc:
             message = "the session was deleted during the call" if self.closed else str(exc)
             engine.record_error(result, message)

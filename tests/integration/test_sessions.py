@@ -480,3 +480,16 @@ def test_deleting_a_session_during_a_call_answers_that_call(url):
     assert answer.json()["status"] == "SandboxError"
     assert "deleted during the call" in answer.json()["message"]
 
+def test_programs_that_outlive_their_call_cannot_wedge_the_session(url, session):
+    # A background writer fills the control folder through the output file of the call that
+    # started it (unlinked after that call): the next call restarts the interpreter, says so,
+    # and runs; it is not refused for ever.
+    call(url, session, "import subprocess\n"
+                       "subprocess.Popen(['sh', '-c', 'while :; do cat /dev/zero; done'])")
+    time.sleep(scaled(3))
+    first = call(url, session, "print('hello')")
+    assert first["status"] == "Success" and out(first) == "hello\n", first
+    assert first["session_restarted"] and "restarted" in first["message"]
+    assert out(call(url, session, "print('again')")) == "again\n"
+    assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).json()["restarts"] == 1
+
