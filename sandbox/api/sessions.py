@@ -310,6 +310,21 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
                 cell.error.append({"ename": "MemoryError", "evalue": f"cell {index} ran out of memory "
                                    f"(cap {limits.memory_mb} MB)", "traceback": []})
                 stopped = True
+            if step.exit_code and not cell.error and not outcome.restarted:
+                # sys.exit(n): a notebook shows it as the cell's error, and its kernel lives on
+                cell.error.append({"ename": "SystemExit", "evalue": str(step.exit_code),
+                                   "traceback": []})
+            if outcome.restarted or outcome.restarted_before:
+                # The kernel died (nbclient's DeadKernelError): the next cells run without the
+                # earlier cells' state, which fails the request as in SandboxFusion.
+                how = (f"exit code {step.exit_code}" if step.exit_code is not None
+                       else "killed")
+                cell.error.append({"ename": "DeadKernelError", "evalue": (
+                    f"the kernel died during cell {index} ({how}) and was started again: the "
+                    f"state of the cells before is gone" if outcome.restarted else
+                    f"the kernel was started again before cell {index} (its output folder was "
+                    f"full): the state of the cells before is gone"), "traceback": []})
+                stopped = True
             cells.append(cell)
             if stopped and status == "Success":
                 status, message = "Failed", f"cell {index}: {cell.error[-1]['evalue']}"

@@ -480,6 +480,7 @@ def test_deleting_a_session_during_a_call_answers_that_call(url):
     assert answer.json()["status"] == "SandboxError"
     assert "deleted during the call" in answer.json()["message"]
 
+
 def test_programs_that_outlive_their_call_cannot_wedge_the_session(url, session):
     # A background writer fills the control folder through the output file of the call that
     # started it (unlinked after that call): the next call restarts the interpreter, says so,
@@ -493,3 +494,18 @@ def test_programs_that_outlive_their_call_cannot_wedge_the_session(url, session)
     assert out(call(url, session, "print('again')")) == "again\n"
     assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).json()["restarts"] == 1
 
+
+def test_run_jupyter_says_when_the_kernel_died_or_a_cell_exited(url):
+    answer = requests.post(f"{url}/run_jupyter", json={"cells": [
+        "x = 1", "import os\nos._exit(3)", "print(globals().get('x'))", "import sys\nsys.exit(2)",
+        "print('after')"]}, timeout=TIMEOUT)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    cells = body["cells"]
+    assert body["status"] == "Failed"
+    assert [e["ename"] for e in cells[1]["error"]] == ["DeadKernelError"]
+    assert "state" in cells[1]["error"][0]["evalue"]
+    assert cells[2]["stdout"] == "None\n" and not cells[2]["error"]
+    assert [e["ename"] for e in cells[3]["error"]] == ["SystemExit"]
+    assert cells[3]["error"][0]["evalue"] == "2"
+    assert cells[4]["stdout"] == "after\n"
