@@ -148,7 +148,11 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     restarted = outcome.restarted or outcome.restarted_before
     if restarted:
         sessions.note_restart(session)
-    body = to_response(outcome.job, job, req.fetch_files)
+    ran = dataclasses.replace(job, limits=outcome.limits) if outcome.limits else job
+    body = to_response(outcome.job, ran, req.fetch_files)
+    if ran.limits.run_timeout_s < job.limits.run_timeout_s and body.run_result is not None \
+            and body.run_result.status == "TimeLimitExceeded":
+        body.message += f" (the end of the session's max_lifetime_s of {session.max_lifetime_s:g} s)"
     note_run_result(request, job, outcome.job, body.status, engine_s)
     request.app.state.ops.metrics.session_call_time.labels(session.spec.language).observe(engine_s)
     response.headers["Server-Timing"] = f"engine;dur={engine_s * 1000:.2f}"

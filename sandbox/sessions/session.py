@@ -52,6 +52,7 @@ class SessionResult:
     restarted: bool = False          # after the call (it ended the interpreter)
     displays: list[dict] = field(default_factory=list)
     restarted_before: bool = False   # before it (its output folder was full)
+    limits: Limits | None = None     # the call's, its deadlines capped at the session's lifetime
 
 
 class Session:
@@ -193,13 +194,18 @@ class Session:
 
     async def _run(self, engine: Engine, job: Job, display: bool) -> SessionResult:
         result = JobResult(sandbox_id=self.box.id[:12])
+        # A call's deadlines end with the session's lifetime at the latest.
+        left = max(0.1, self.lifetime_left_s())
+        limits = dataclasses.replace(job.limits, run_timeout_s=min(job.limits.run_timeout_s, left),
+                                     compile_timeout_s=min(job.limits.compile_timeout_s, left))
         try:
             if self.interpreter is None:  # it writes the source and files itself
-                result, _ = await engine.run_steps(self.box, job, result=result)
-                return SessionResult(result)
+                result, _ = await engine.run_steps(self.box, dataclasses.replace(job, limits=limits),
+                                                   result=result)
+                return SessionResult(result, limits=limits)
             if job.files:
                 await self.box.write_files(job.files)
-            timeout = min(job.limits.run_timeout_s, max(0.1, self.lifetime_left_s()))
+            timeout = limits.run_timeout_s
             call: CallResult = await self.interpreter.call(
                 job.code, job.stdin, timeout, job.limits.output_bytes,
                 lifetime_left_s=self.lifetime_left_s(), display=display)
@@ -209,7 +215,7 @@ class Session:
             if job.fetch_files and call.step.status is StepStatus.FINISHED:
                 result.files = await self.box.read_files(job.fetch_files, job.limits.fetch_bytes)
             return SessionResult(result, restarted=call.restarted, displays=call.displays,
-                                 restarted_before=call.restarted_before)
+                                 restarted_before=call.restarted_before, limits=limits)
         except BackendError as exc:
             message = "the session was deleted during the call" if self.closed else str(exc)
             engine.record_error(result, message)

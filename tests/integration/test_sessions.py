@@ -509,3 +509,15 @@ def test_run_jupyter_says_when_the_kernel_died_or_a_cell_exited(url):
     assert [e["ename"] for e in cells[3]["error"]] == ["SystemExit"]
     assert cells[3]["error"][0]["evalue"] == "2"
     assert cells[4]["stdout"] == "after\n"
+
+
+@pytest.mark.parametrize("language, code", [("ruby", "sleep 30"), ("python", "while True:\n    pass")])
+def test_a_call_ends_with_its_sessions_lifetime_and_says_so(url, language, code):
+    # Languages without an interpreter too: their call runs as /run_code would, with its
+    # deadlines capped at the time the session has left.
+    session = create(url, language, max_lifetime_s=3)["session_id"]
+    started = time.monotonic()
+    result = call(url, session, code, language, run_timeout=30)
+    assert time.monotonic() - started < scaled(10)
+    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    assert "max_lifetime_s" in result["message"] and "after 30 s" not in result["message"]
