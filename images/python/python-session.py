@@ -132,12 +132,18 @@ def run_cell(seq: int, display: bool) -> int:
             if display and value is not None:
                 results.append(shown(value))
     except SystemExit as exc:
-        code = exit_code(exc.code)
+        try:
+            code = exit_code(exc.code)
+        except OSError:  # a full output folder: the server flags it
+            code = 1
     except BaseException as exc:  # noqa: BLE001 - the cell's error, reported like a notebook's
         code = 1
         lines = cell_traceback(exc)
         if not display:  # a notebook shows it as the cell's error, not as its stderr
-            sys.stderr.write("".join(lines))
+            try:
+                sys.stderr.write("".join(lines))
+            except OSError:  # a full output folder (the cell's own output filled it)
+                pass
         results.append({"type": "error", "ename": type(exc).__name__, "evalue": str(exc),
                         "traceback": lines})
     finally:
@@ -172,6 +178,9 @@ def serve() -> None:
         try:
             code = run_cell(seq, display)
         except KeyboardInterrupt:  # an INT that came as the cell ended
+            code = 1
+        except OSError:  # its report could not be written (a full output folder): lives on
+            release_stdio()
             code = 1
         channel.sendall(b"DONE %d %d\n" % (seq, code))
 

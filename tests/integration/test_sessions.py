@@ -521,3 +521,40 @@ def test_a_call_ends_with_its_sessions_lifetime_and_says_so(url, language, code)
     assert time.monotonic() - started < scaled(10)
     assert result["run_result"]["status"] == "TimeLimitExceeded"
     assert "max_lifetime_s" in result["message"] and "after 30 s" not in result["message"]
+
+
+@pytest.fixture(scope="module")
+def repo_interpreter(oci_server, tmp_path_factory):
+    """A server whose Python sessions run this repository's interpreter scripts (what the next
+    `make images LANGS=python` bakes into the image), given to each session as its files."""
+    from sandbox.config import REPO_ROOT
+
+    folder = tmp_path_factory.mktemp("repo-interpreter")
+    runtimes = folder / "runtimes"
+    runtimes.mkdir()
+    for spec in (REPO_ROOT / "runtimes").glob("*.toml"):
+        text = spec.read_text()
+        if spec.name == "python.toml":
+            text = text.replace('"/usr/local/lib/sandbox/python-session.py"',
+                                '"/sandbox/python-session.py"')
+        (runtimes / spec.name).write_text(text)
+    files = {name: base64.b64encode((REPO_ROOT / "images/python" / name).read_bytes()).decode()
+             for name in ("python-session.py", "sandbox_cells.py", "sandbox_inline.py")}
+    with running_server(folder, backend="oci", max_concurrency=2, runtimes_dir=runtimes) as base:
+        yield base, files
+
+
+def test_a_cell_that_fills_its_output_folder_keeps_the_state(repo_interpreter):
+    base, files = repo_interpreter
+    session = create(base, files=files)["session_id"]
+    try:
+        call(base, session, "x = 1")
+        # The write that finds the folder full raises in the cell; writing its traceback to
+        # the (full) stderr must not end the interpreter.
+        for stream in ("stdout", "stderr"):
+            flooded = call(base, session, f"import sys\nwhile True:\n    sys.{stream}.write('x' * 1000)")
+            assert flooded["run_result"][f"{stream}_truncated"] and not flooded["session_restarted"]
+            assert out(call(base, session, "print(x)")) == "1\n"
+    finally:
+        requests.delete(f"{base}/v1/sessions/{session}", timeout=TIMEOUT)
+
