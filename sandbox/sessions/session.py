@@ -184,7 +184,7 @@ class Session:
             self.executions += 1
             if log and result.restarted_before and self.history:
                 self.history[-1].restarted_after = True
-            if log:
+            if log and not result.job.error:  # a call the sandbox failed did not run
                 self.history.append(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
                                          restarted_after=result.restarted))
             peak = result.job.peak_memory_bytes
@@ -228,6 +228,10 @@ class Session:
             job = Job(spec=self.spec, code=call.code, stdin=call.stdin, files=call.files,
                       fetch_files=(), limits=dataclasses.replace(self.limits, run_timeout_s=call.timeout_s))
             result = await self.run(engine, job)
+            if result.job.error:  # the state would not be the parent's: no fork
+                if self.closed:
+                    raise SessionGone(self.id)
+                raise BackendError(f"replaying the parent's calls failed: {result.job.error}")
             if call.restarted_after and not result.restarted and self.interpreter is not None:
                 async with self.lock:
                     await self.interpreter.restart(self.lifetime_left_s())

@@ -558,3 +558,25 @@ def test_a_cell_that_fills_its_output_folder_keeps_the_state(repo_interpreter):
     finally:
         requests.delete(f"{base}/v1/sessions/{session}", timeout=TIMEOUT)
 
+def test_a_fork_whose_child_is_deleted_during_the_replay_is_not_answered_201(url, session):
+    call(url, session, "import time\ntime.sleep(3)\nq = 1")
+    answers = {}
+
+    def fork():
+        answers["fork"] = requests.post(f"{url}/v1/sessions/{session}/fork", timeout=TIMEOUT)
+
+    forking = threading.Thread(target=fork)
+    forking.start()
+    child = None
+    for _ in range(100):  # the child is listed while it replays the parent's calls
+        listed = requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["sessions"]
+        child = next((s["session_id"] for s in listed if s["forked_from"] == session), None)
+        if child:
+            break
+        time.sleep(0.05)
+    assert child, "the child never appeared"
+    assert requests.delete(f"{url}/v1/sessions/{child}", timeout=TIMEOUT).status_code == 204
+    forking.join(TIMEOUT)
+    answer = answers["fork"]
+    assert answer.status_code == 404, answer.text
+    assert child in answer.json()["detail"]
