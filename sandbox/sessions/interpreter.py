@@ -21,6 +21,7 @@ from ..engine.backends import BackendError
 from ..engine.models import StepResult, StepStatus, ended_out_of_memory
 
 INTERRUPT_GRACE_S = 1.0
+STOPPED = "the session's interpreter was stopped during the call"
 MAX_DISPLAY_BYTES = 16 << 20
 
 
@@ -42,18 +43,32 @@ class Interpreter:
         self._seq = 0
         self._oom_kills = 0  # the cgroup's OOM kills so far
         self.restarts = 0
+        self.stopped = False  # for good: the session is going
 
     async def start(self, lifetime_s: float) -> None:
         await self.live.start(lifetime_s)
 
     async def stop(self) -> None:
+        self.stopped = True
         await self.live.stop()
 
     async def restart(self, lifetime_s: float) -> None:
+        """A fresh interpreter; never once ``stop`` was called (the session's container would
+        outlive the session), also when it comes while the new one starts."""
         await self.live.stop()
+        if self.stopped:
+            raise BackendError(STOPPED)
         self.restarts += 1
         self._oom_kills = 0  # a new container, a new cgroup
-        await self.live.start(lifetime_s)
+        try:
+            await self.live.start(lifetime_s)
+        except BackendError:
+            if self.stopped:
+                raise BackendError(STOPPED) from None
+            raise
+        if self.stopped:
+            await self.live.stop()
+            raise BackendError(STOPPED)
 
     async def call(self, code: str, stdin: bytes, timeout_s: float, output_limit: int,
                    lifetime_left_s: float, display: bool = False) -> CallResult:
@@ -102,7 +117,7 @@ class Interpreter:
         wall = time.monotonic() - started
         if live.ended.cancelled():  # the server stopped it (the session was deleted)
             answer.cancel()
-            raise BackendError("the session's interpreter was stopped during the call")
+            raise BackendError(STOPPED)
         exit_code = answer.result() if answer in done and answer.exception() is None else None
         if not answer.done():
             answer.cancel()
@@ -111,7 +126,7 @@ class Interpreter:
             # The control socket closed as the interpreter died; init reports how just after.
             await asyncio.wait({live.ended}, timeout=2.0)
             if live.ended.cancelled():
-                raise BackendError("the session's interpreter was stopped during the call")
+                raise BackendError(STOPPED)
         if needs_restart and live.ended.done() and not timed_out:
             exit_code = live.ended.result()  # the interpreter died: how
         facts = live.memory_facts()

@@ -580,3 +580,24 @@ def test_a_fork_whose_child_is_deleted_during_the_replay_is_not_answered_201(url
     answer = answers["fork"]
     assert answer.status_code == 404, answer.text
     assert child in answer.json()["detail"]
+
+
+def test_deleting_a_session_while_its_interpreter_restarts_leaves_nothing(oci_server, tmp_path):
+    # oci_server: the OCI backend works here (else skipped, or failed in CI). A session deleted
+    # while its call's interpreter is being started again (the cell ended it): the call must
+    # answer (never a 500), and the fresh interpreter's container must not outlive the session
+    # (running_server checks that nothing of its instance is left).
+    import random
+
+    answers = []
+    with running_server(tmp_path, backend="oci", max_concurrency=4) as base:
+        for _ in range(30):
+            session = create(base)["session_id"]
+            caller = threading.Thread(target=lambda: answers.append(requests.post(
+                f"{base}/run_code", json={"code": "import os\nos._exit(1)", "language": "python",
+                                          "session_id": session}, timeout=TIMEOUT)))
+            caller.start()
+            time.sleep(random.uniform(0, 0.25))
+            assert requests.delete(f"{base}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204
+            caller.join(TIMEOUT)
+    assert {a.status_code for a in answers} <= {200, 404}, [a.text for a in answers if a.status_code >= 500]

@@ -109,7 +109,7 @@ class LiveProcess:
         if ready not in done or ready.result() != b"READY\n":
             ready.cancel()
             why = (f"ended (exit code {self.ended.result()})"
-                   if self.ended.done() and not self.ended.exception()
+                   if self.ended.done() and not self.ended.cancelled() and not self.ended.exception()
                    else f"did not answer within {READY_TIMEOUT_S:g} s")
             await self.stop()
             raise BackendError(f"the session's interpreter {why}: {self.said()[-400:]}")
