@@ -558,6 +558,7 @@ def test_a_cell_that_fills_its_output_folder_keeps_the_state(repo_interpreter):
     finally:
         requests.delete(f"{base}/v1/sessions/{session}", timeout=TIMEOUT)
 
+
 def test_a_fork_whose_child_is_deleted_during_the_replay_is_not_answered_201(url, session):
     call(url, session, "import time\ntime.sleep(3)\nq = 1")
     answers = {}
