@@ -52,6 +52,12 @@ def _as_float(token: str) -> float | None:
         return None
 
 
+def _as_number(token: str) -> float | None:
+    """A contest number: what float() reads but ASCII without "_" (float() also takes
+    "1_000" and other scripts' digits, "\u0661\u0660" for 10, which no checker reads as numbers)."""
+    return _as_float(token) if token.isascii() and "_" not in token else None
+
+
 def compare_exact(actual: str, expected: str) -> tuple[bool, str]:
     a, e = actual.rstrip("\n"), expected.rstrip("\n")
     if a == e:
@@ -73,7 +79,7 @@ def compare_floats(actual: str, expected: str, rel_tol: float, abs_tol: float) -
     for i, (x, y) in enumerate(zip(a, e)):
         if x == y:
             continue
-        fx, fy = _as_float(x), _as_float(y)
+        fx, fy = _as_number(x), _as_number(y)
         if fx is None or fy is None or not _numbers_close(fx, fy, rel_tol, abs_tol):
             return False, f"token {i + 1}: expected {_show(y)}, got {_show(x)}"
     return True, ""

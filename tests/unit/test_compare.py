@@ -28,6 +28,9 @@ FLOAT, SF = Comparison(CompareMode.FLOAT, 1e-6, 1e-6), Comparison(CompareMode.SA
     ("1e9", "1000000000.0000001", FLOAT, True),
     ("nan", "nan", FLOAT, True),
     ("abc 1.0", "abd 1.0", FLOAT, False),
+    ("1_000", "1000", FLOAT, False),           # float() reads these; no checker does
+    ("\u0661\u0660", "10", FLOAT, False),       # Arabic-Indic digits
+    ("1_000", "1_000", FLOAT, True),           # the same token still passes
     ("YES\n", "yes", SF, True),                # SandboxFusion: case-insensitive, per line
     ("  a  \nb\n", "a\nb", SF, True),
     ("1.000001", "1.0", SF, True),             # relative 1e-5
