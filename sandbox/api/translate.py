@@ -271,6 +271,19 @@ def _judge_compile_timeout(req: EvaluateRequest, judge: CheckerIn | InteractorIn
     return max(req.compile_timeout, min(JUDGE_COMPILE_TIMEOUT_FLOOR_S, ceiling))
 
 
+def _judge_job(field: str, req: EvaluateRequest, judge: CheckerIn | InteractorIn, run_timeout: float,
+               registry: RuntimeRegistry, settings: Settings, assets: AssetStore | None) -> Job:
+    """The checker's or interactor's Job; what is wrong with it names the field (its
+    `code`, `files` or timeouts are not the program's)."""
+    try:
+        return build_job(RunCodeRequest(
+            code=judge.code, language=judge.language, files=judge.files,
+            compile_timeout=_judge_compile_timeout(req, judge, registry, settings),
+            run_timeout=run_timeout), registry, settings, assets)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{field}: {exc}") from None
+
+
 def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: Settings,
                      assets: AssetStore | None = None) -> Evaluation:
     _require_unicode((f"tests[{i}].{name}", text) for i, t in enumerate(req.tests)
@@ -302,10 +315,8 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                              f"{settings.max_evaluation_s:g} s (SANDBOX_MAX_EVALUATION_S)")
     checker = None
     if req.checker is not None:
-        checker_job = build_job(RunCodeRequest(
-            code=req.checker.code, language=req.checker.language, files=req.checker.files,
-            compile_timeout=_judge_compile_timeout(req, req.checker, registry, settings),
-            run_timeout=req.checker.run_timeout), registry, settings, assets)
+        checker_job = _judge_job("checker", req, req.checker, req.checker.run_timeout,
+                                 registry, settings, assets)
         checker = Checker(checker_job, checker_job.limits.run_timeout_s)
     interactor = None
     if req.interactor is not None:
@@ -316,10 +327,8 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
         if not math.isfinite(extra) or extra < 0 or extra > settings.max_timeout_s:
             raise InvalidRequest(f"interactor.run_timeout must be between 0 and "
                                  f"{settings.max_timeout_s:g} seconds, got {extra}")
-        interactor_job = build_job(RunCodeRequest(
-            code=req.interactor.code, language=req.interactor.language, files=req.interactor.files,
-            compile_timeout=_judge_compile_timeout(req, req.interactor, registry, settings),
-            run_timeout=req.run_timeout + extra), registry, settings, assets)
+        interactor_job = _judge_job("interactor", req, req.interactor, req.run_timeout + extra,
+                                    registry, settings, assets)
         interactor = Interactor(interactor_job, extra)
     tests = tuple(TestCase(stdin=t.stdin.encode(), expected_output=t.expected_output,
                            assert_code=t.assert_code) for t in req.tests)

@@ -204,6 +204,21 @@ def test_bad_requests_get_clear_422s(evaluate, server):
     evaluate(ECHO_SUM, "python", SUM_TESTS, 422, run_timeout=-1)
 
 
+@pytest.mark.parametrize("field, body, says", [
+    ("checker", {"run_timeout": 1e6}, "checker: run_timeout"),
+    ("checker", {"compile_timeout": 0}, "checker: compile_timeout"),
+    ("checker", {"files": {"t.h": {"sha256": "1" * 64}}}, "checker: files['t.h']: no asset"),
+    ("checker", {"language": "cobol"}, "checker: language 'cobol'"),
+    ("interactor", {"files": {"t.h": "!!"}}, "interactor: files['t.h'] is not valid base64"),
+    ("interactor", {"compile_timeout": -1}, "interactor: compile_timeout"),
+])
+def test_what_is_wrong_with_a_checker_or_interactor_names_it(evaluate, field, body, says):
+    # The program has the same fields: an answer that does not say whose is no help.
+    judge = {"language": "python", "code": "print(1)", **body}
+    detail = evaluate(ECHO_SUM, "python", SUM_TESTS, 422, **{field: judge})["detail"]
+    assert detail.startswith(says), detail
+
+
 # --- Forging: nothing the program does turns a failing test into a pass -------------------
 
 FORGERIES = {
