@@ -35,6 +35,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import re
 import signal
 import time
 
@@ -52,10 +53,27 @@ ACCEPTED, JUDGE_FAILURE = 0, 3  # testlib's exit codes
 REJECTIONS = {1: "wrong answer", 2: "presentation error", 4: "wrong output format",
               7: "partial points", 8: "unexpected end of file"}
 CHECKER_ERROR = "checker_error"
+# How Python reports code that does not parse, exiting 1 as a rejection does; one raised
+# while running (ast.literal_eval of the program's output) comes after a traceback.
+PYTHON_SYNTAX_ERROR = re.compile(rb"^(?:SyntaxError|IndentationError|TabError): ", re.M)
+PYTHON_TRACEBACK = b"Traceback (most recent call last):"
 
 
 def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+def judge_side_failure(run: TestRun, language: str, output_limit: int) -> str | None:
+    """Why a checker's or interactor's exit status is not its decision, or None: it wrote
+    past its output cap (its writes failed: C++ dies of SIGXFSZ, Python raises and exits 1),
+    or its Python code does not parse (exit 1 too). An exception while it runs stays a
+    rejection: a checker's int() of garbage output fails because of the program."""
+    if run.stdout_truncated or run.stderr_truncated:
+        return f"wrote more than its output cap of {output_limit} bytes"
+    if (language == "python" and run.exit_code == 1 and PYTHON_TRACEBACK not in run.stderr
+            and PYTHON_SYNTAX_ERROR.search(run.stderr)):
+        return "does not compile (a Python syntax error)"
+    return None
 
 
 class InteractiveJudge:
@@ -204,6 +222,9 @@ class InteractiveJudge:
                                           "still writing to it" + (f" (the program: {why})" if why else ""))
         if interactor.signal:
             return Verdict.SANDBOX_ERROR, f"the interactor was killed by signal {interactor.signal}: {said}"
+        failure = judge_side_failure(interactor, ev.interactor.job.spec.language, INTERACTOR_OUTPUT_BYTES)
+        if failure:
+            return Verdict.SANDBOX_ERROR, f"the interactor {failure}: {said}"
         code = interactor.exit_code
         if code in REJECTIONS:
             note = f" (the program then: {why})" if program_verdict is not None else ""

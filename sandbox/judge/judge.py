@@ -23,7 +23,7 @@ from ..engine.models import StepStatus
 from ..engine.runner_protocol import TestRun
 from .compare import compare_call_result, compare_output
 from .harness import assert_program, function_call_program
-from .interactive import InteractiveJudge
+from .interactive import InteractiveJudge, judge_side_failure
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
 from .workqueue import WorkQueue
 
@@ -41,6 +41,7 @@ CHECKER_FILES = ("input", "output", "expected")
 # testlib's exit code for a checker's own failure (quitf(_fail, ...): e.g. the expected
 # output is itself wrong): never the program's verdict.
 CHECKER_FAILURE = 3
+CHECKER_OUTPUT_BYTES = 64 << 10
 # Messages a runtime prints when its own heap cap (set below the cgroup cap) is hit.
 OUT_OF_MEMORY_MARKERS = (b"java.lang.OutOfMemoryError", b"\nMemoryError", b"JavaScript heap out of memory")
 
@@ -314,10 +315,11 @@ class Judge:
                     test = ev.tests[outcome.index]
                     files = dict(zip(CHECKER_FILES, (test.stdin, runs[outcome.index].stdout,
                                                      (test.expected_output or "").encode())))
-                    check = await program.run_test(b"", checker.run_timeout_s, 64 << 10,
+                    check = await program.run_test(b"", checker.run_timeout_s, CHECKER_OUTPUT_BYTES,
                                                    argv=argv, files=files)
                     said = _decode((check.stdout + check.stderr)[:ev.preview_bytes]).strip()
-                    if check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE:
+                    failure = judge_side_failure(check, checker.job.spec.language, CHECKER_OUTPUT_BYTES)
+                    if check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE or failure:
                         result.error_kind = result.error_kind or "checker_error"
                     if check.timed_out:
                         outcome.verdict = Verdict.SANDBOX_ERROR
@@ -325,6 +327,9 @@ class Judge:
                     elif check.signal:
                         outcome.verdict = Verdict.SANDBOX_ERROR
                         outcome.message = f"the checker was killed by signal {check.signal}: {said}"
+                    elif failure:
+                        outcome.verdict = Verdict.SANDBOX_ERROR
+                        outcome.message = f"the checker {failure}: {said}"
                     elif check.exit_code == CHECKER_FAILURE:
                         outcome.verdict = Verdict.SANDBOX_ERROR
                         outcome.message = f"the checker failed (judge failure, exit 3): {said}"

@@ -169,6 +169,24 @@ def test_a_checker_exiting_3_is_a_judge_failure_not_a_verdict(evaluate):
     assert result["error_kind"] == "checker_error" and result["retryable"] is True
 
 
+@pytest.mark.parametrize("checker, why", [
+    ("def check(:\n    pass", "does not compile (a Python syntax error)"),
+    ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", "more than its output cap"),
+], ids=["python-syntax-error", "output-flood"])
+def test_a_python_checker_that_cannot_decide_is_a_sandbox_error(evaluate, checker, why):
+    # Both exit 1, as a rejection does: the checker's failure, never the program's verdict.
+    result = evaluate("print(1)", "python", [{"expected_output": "1"}],
+                      checker={"language": "python", "code": checker})
+    assert verdicts(result) == ["sandbox_error"], result
+    assert why in result["tests"][0]["message"], result["tests"][0]
+    assert result["error_kind"] == "checker_error" and result["retryable"] is True
+    # An exception while it runs is still a rejection: here the program's output is no number.
+    lazy = "import sys\nassert int(open(sys.argv[2]).read()) == int(open(sys.argv[3]).read())"
+    judged = evaluate("print('one')\nprint(1)", "python", [{"expected_output": "1"}, ],
+                      checker={"language": "python", "code": lazy})
+    assert verdicts(judged) == ["wrong_answer"], judged
+
+
 def test_function_call_tests(evaluate):
     code = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
             "        print('thinking...')\n        seen = {}\n"

@@ -206,6 +206,22 @@ def test_an_interactor_that_does_not_compile_is_a_sandbox_error(oci_server):
     assert "interactor did not compile" in body["message"] and body["error_kind"] == "checker_error"
 
 
+@pytest.mark.parametrize("broken, why", [
+    ("def judge(:\n    pass", "does not compile (a Python syntax error)"),
+    ("import sys\nwhile True:\n    sys.stderr.write('debug ' * 10000)", "more than its output cap"),
+], ids=["python-syntax-error", "stderr-flood"])
+def test_a_python_interactor_that_cannot_decide_is_a_sandbox_error(oci_server, broken, why):
+    # Both exit 1, as testlib's wrong answer does: the interactor's failure, not the program's.
+    body = evaluate(oci_server, SOLUTION_PY, "python", broken, "python", secrets=["5"])
+    assert verdicts(body) == ["sandbox_error"], body
+    assert why in body["tests"][0]["message"], body["tests"][0]
+    assert body["status"] == "SandboxError" and body["error_kind"] == "checker_error"
+    # An exception while it runs is still its rejection (it read the program's garbage).
+    rejects = "import sys\nint(sys.stdin.readline().split()[1]) + None"
+    assert verdicts(evaluate(oci_server, SOLUTION_PY, "python", rejects, "python",
+                             secrets=["5"])) == ["wrong_answer"]
+
+
 def test_the_program_cannot_read_the_interactors_input(oci_server):
     # Everything a cheat would try from the program's side: the interactor's input file,
     # its process and its files; it then answers whatever it found.
