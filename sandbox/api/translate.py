@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import math
 import socket
 
@@ -302,6 +303,7 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
             raise InvalidRequest("fn_name (function-call tests) is for python programs only")
         if not req.fn_name.isidentifier():
             raise InvalidRequest(f"fn_name {req.fn_name!r} is not a Python identifier")
+        _check_call_arguments(req)
     if any(t.assert_code is not None for t in req.tests):
         if job.spec.compile is not None or job.spec.source not in job.spec.run:
             raise InvalidRequest(f"assert_code tests need an interpreted language; "
@@ -339,6 +341,20 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                       # One request cannot hold a sandbox for tests x run_timeout unbounded.
                       total_timeout_s=req.total_timeout or settings.max_evaluation_s,
                       preview_bytes=req.output_preview_bytes)
+
+
+def _check_call_arguments(req: EvaluateRequest) -> None:
+    """fn_name tests: each non-empty stdin line is one JSON argument (the harness reads them
+    as judge/harness.py does); one that is not JSON is the test's fault, not the program's."""
+    for index, test in enumerate(req.tests):
+        for number, line in enumerate(test.stdin.split("\n"), 1):
+            if not line.strip():
+                continue
+            try:
+                json.loads(line)
+            except ValueError as exc:
+                raise InvalidRequest(f"tests[{index}].stdin line {number} is not JSON ({exc}): "
+                                     f"fn_name tests take one JSON argument per line") from None
 
 
 def _mb(value: int | None) -> float | None:

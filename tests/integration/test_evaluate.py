@@ -203,6 +203,14 @@ def test_function_call_tests(evaluate):
     assert plain["accepted"] is True
 
 
+def test_function_call_arguments_that_are_not_json_are_a_422(evaluate):
+    # The harness would fail to read them and the program would get the runtime error.
+    detail = evaluate("def add(a, b):\n    return a + b", "python",
+                      [{"stdin": "1\n2", "expected_output": "3"}, {"stdin": "1\n\nnot json", "expected_output": "3"}],
+                      422, fn_name="add")["detail"]
+    assert detail.startswith("tests[1].stdin line 3 is not JSON"), detail
+
+
 def test_assert_tests(evaluate):
     code = "def add(a, b):\n    return a + b"
     tests = [{"assert_code": "assert add(1, 2) == 3"}, {"assert_code": "assert add(2, 2) == 5"},
