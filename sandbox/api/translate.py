@@ -329,6 +329,17 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
         if not math.isfinite(extra) or extra < 0 or extra > settings.max_timeout_s:
             raise InvalidRequest(f"interactor.run_timeout must be between 0 and "
                                  f"{settings.max_timeout_s:g} seconds, got {extra}")
+        try:
+            spec = runtime_for(req.interactor.language, registry)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"interactor: {exc}") from None
+        allowed = settings.for_language(spec.language, spec.memory_mb)
+        if req.run_timeout + extra > allowed.max_timeout_s:
+            # The interactor runs the program's run_timeout plus its own: say so, not a sum.
+            raise InvalidRequest(
+                f"interactor: run_timeout {req.run_timeout:g} s plus interactor.run_timeout "
+                f"{extra:g} s is above this server's ceiling of {allowed.max_timeout_s:g} s for "
+                f"{allowed.language} ({allowed.setting_name('max_timeout_s')}): lower either")
         interactor_job = _judge_job("interactor", req, req.interactor, req.run_timeout + extra,
                                     registry, settings, assets)
         interactor = Interactor(interactor_job, extra)

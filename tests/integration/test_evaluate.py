@@ -237,11 +237,14 @@ def test_bad_requests_get_clear_422s(evaluate, server):
     ("checker", {"language": "cobol"}, "checker: language 'cobol'"),
     ("interactor", {"files": {"t.h": "!!"}}, "interactor: files['t.h'] is not valid base64"),
     ("interactor", {"compile_timeout": -1}, "interactor: compile_timeout"),
+    ("interactor", {"language": "cobol"}, "interactor: language 'cobol'"),
+    # It runs the program's run_timeout plus its own: a sum the client never sent.
+    ("interactor", {"run_timeout": 30}, "interactor: run_timeout 100 s plus interactor.run_timeout 30 s"),
 ])
 def test_what_is_wrong_with_a_checker_or_interactor_names_it(evaluate, field, body, says):
     # The program has the same fields: an answer that does not say whose is no help.
     judge = {"language": "python", "code": "print(1)", **body}
-    detail = evaluate(ECHO_SUM, "python", SUM_TESTS, 422, **{field: judge})["detail"]
+    detail = evaluate(ECHO_SUM, "python", SUM_TESTS, 422, **{field: judge}, run_timeout=100)["detail"]
     assert detail.startswith(says), detail
 
 
