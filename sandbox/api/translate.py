@@ -343,6 +343,9 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
         interactor_job = _judge_job("interactor", req, req.interactor, req.run_timeout + extra,
                                     registry, settings, assets)
         interactor = Interactor(interactor_job, extra)
+    if checker is None and interactor is None and req.fn_name is None:
+        allowed = settings.for_language(job.spec.language, job.spec.memory_mb)
+        _check_expected_fits(req, job.limits.output_bytes, allowed.setting_name("output_limit_bytes"))
     tests = tuple(TestCase(stdin=t.stdin.encode(), expected_output=t.expected_output,
                            assert_code=t.assert_code) for t in req.tests)
     return Evaluation(job=job, tests=tests,
@@ -352,6 +355,28 @@ def build_evaluation(req: EvaluateRequest, registry: RuntimeRegistry, settings: 
                       # One request cannot hold a sandbox for tests x run_timeout unbounded.
                       total_timeout_s=req.total_timeout or settings.max_evaluation_s,
                       preview_bytes=req.output_preview_bytes)
+
+
+def _check_expected_fits(req: EvaluateRequest, output_bytes: int, setting: str) -> None:
+    """An expected output no program can print within the output cap would make every
+    program's verdict output_limit: the test's fault (modes whose shortest passing output is
+    known: exact, and tokens joined by single spaces)."""
+    for index, test in enumerate(req.tests):
+        expected = test.expected_output
+        if expected is None or len(expected) * 4 <= output_bytes:
+            continue  # UTF-8 takes at most 4 bytes a character
+        if req.compare == "exact":
+            least = len(expected.rstrip("\n").encode())
+        elif req.compare == "tokens":
+            tokens = expected.split()
+            least = sum(len(token.encode()) for token in tokens) + max(len(tokens) - 1, 0)
+        else:
+            continue
+        if least > output_bytes:
+            raise InvalidRequest(
+                f"tests[{index}].expected_output needs {least} bytes of output, more than this "
+                f"server's output cap of {output_bytes} bytes ({setting}): no "
+                f"program could pass it")
 
 
 def _check_call_arguments(req: EvaluateRequest) -> None:

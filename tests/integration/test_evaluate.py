@@ -211,6 +211,21 @@ def test_function_call_arguments_that_are_not_json_are_a_422(evaluate):
     assert detail.startswith("tests[1].stdin line 3 is not JSON"), detail
 
 
+def test_an_expected_output_past_the_output_cap_is_a_422(evaluate):
+    # Printing it would stop any program at the cap: a right one would get output_limit.
+    echo = "import sys\nsys.stdout.write(sys.stdin.read())"
+    cap = 4 << 20  # the test server's SANDBOX_OUTPUT_LIMIT_BYTES
+    fits = "a" * cap
+    assert evaluate(echo, "python", [{"stdin": fits, "expected_output": fits + "\n"}])["accepted"]
+    over = "a" * (cap + 1)
+    detail = evaluate(echo, "python", [{"stdin": "", "expected_output": "1"},
+                                        {"stdin": over, "expected_output": over}], 422)["detail"]
+    assert detail.startswith(f"tests[1].expected_output needs {cap + 1} bytes"), detail
+    spaced = ("ab" + " " * 6) * (cap // 8 + 1)  # over the cap as text, well under as tokens
+    assert evaluate(echo, "python", [{"stdin": "", "expected_output": spaced}], 422)["detail"]
+    evaluate(echo, "python", [{"stdin": "", "expected_output": spaced}], compare="tokens")
+
+
 def test_assert_tests(evaluate):
     code = "def add(a, b):\n    return a + b"
     tests = [{"assert_code": "assert add(1, 2) == 3"}, {"assert_code": "assert add(2, 2) == 5"},
