@@ -25,7 +25,7 @@ from .compare import compare_call_result, compare_output
 from .harness import assert_program, function_call_program
 from .interactive import InteractiveJudge, judge_side_failure
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
-from .workqueue import WorkQueue
+from .workqueue import BUDGET_FLOOR_S, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,8 @@ class Judge:
         result.sandboxes = work.sandboxes
         # Tests that ran cleanly before any failure above still get the checker's verdict.
         if work.clean_runs:
-            await self._run_checker(ev, ev.checker, result, dict(sorted(work.clean_runs.items())))
+            await self._run_checker(ev, ev.checker, result, dict(sorted(work.clean_runs.items())),
+                                    deadline)
         if ev.stop_on_first_failure:
             failed = False
             for outcome in result.outcomes:
@@ -290,15 +291,23 @@ class Judge:
         return (Verdict.ACCEPTED, "") if ok else (Verdict.WRONG_ANSWER, why)
 
     async def _run_checker(self, ev: Evaluation, checker: Checker, result: EvaluationResult,
-                           runs: dict[int, TestRun]) -> None:
+                           runs: dict[int, TestRun], deadline: float | None = None) -> None:
         """Decide every test that ran cleanly with the checker program, compiled once.
 
         testlib's order: the checker gets the paths of the input, the program's output and
         the expected output; exit 0 accepts, any other exit rejects, and what it prints is
         the test's message. A checker that crashes, hangs or exits 3 (testlib's judge
-        failure) is a sandbox error, not a verdict."""
+        failure) is a sandbox error, not a verdict. The checks share the evaluation's
+        ``deadline`` (total_timeout): a test it leaves no time to check is skipped."""
         pending = [result.outcomes[i] for i in runs]
         budget = len(pending) * (checker.run_timeout_s + 1.0) + SESSION_SLACK_S
+        if deadline is not None:
+            budget = min(budget, max(deadline - time.monotonic(), 0.0) + SESSION_SLACK_S)
+        out_of_time = f"not checked: the total time budget of {ev.total_timeout_s or 0:g} s was used up"
+        if deadline is not None and deadline - time.monotonic() <= BUDGET_FLOOR_S:
+            for outcome in pending:
+                outcome.verdict, outcome.message = Verdict.SKIPPED, out_of_time
+            return
         try:
             async with self.engine.test_session(checker.job, budget) as program:
                 result.checker_compile = program.compile
@@ -312,11 +321,19 @@ class Judge:
                     return
                 argv = [*checker.job.spec.run, *(f"/tmp/judge/{name}" for name in CHECKER_FILES)]
                 for outcome in pending:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= BUDGET_FLOOR_S:
+                        outcome.verdict, outcome.message = Verdict.SKIPPED, out_of_time
+                        continue
+                    timeout = checker.run_timeout_s if left is None else min(checker.run_timeout_s, left)
                     test = ev.tests[outcome.index]
                     files = dict(zip(CHECKER_FILES, (test.stdin, runs[outcome.index].stdout,
                                                      (test.expected_output or "").encode())))
-                    check = await program.run_test(b"", checker.run_timeout_s, CHECKER_OUTPUT_BYTES,
+                    check = await program.run_test(b"", timeout, CHECKER_OUTPUT_BYTES,
                                                    argv=argv, files=files)
+                    if check.timed_out and timeout < checker.run_timeout_s:
+                        outcome.verdict, outcome.message = Verdict.SKIPPED, out_of_time
+                        continue
                     said = _decode((check.stdout + check.stderr)[:ev.preview_bytes]).strip()
                     failure = judge_side_failure(check, checker.job.spec.language, CHECKER_OUTPUT_BYTES)
                     if check.timed_out or check.signal or check.exit_code == CHECKER_FAILURE or failure:

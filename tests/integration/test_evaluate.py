@@ -187,6 +187,17 @@ def test_a_python_checker_that_cannot_decide_is_a_sandbox_error(evaluate, checke
     assert verdicts(judged) == ["wrong_answer"], judged
 
 
+def test_the_checks_share_the_total_time_budget(evaluate):
+    # A checker that hangs on every test held the request for tests x its run_timeout,
+    # whatever total_timeout said (SANDBOX_MAX_EVALUATION_S too).
+    result = evaluate("print(1)", "python", [{"expected_output": "1"}] * 8, total_timeout=3,
+                      checker={"language": "python", "code": "import time\ntime.sleep(60)", "run_timeout": 1})
+    assert result["total_time"] < scaled(5), result["total_time"]
+    got = verdicts(result)
+    assert got[0] == "sandbox_error" and got[-1] == "skipped", got
+    assert "not checked: the total time budget of 3 s" in result["tests"][-1]["message"]
+
+
 def test_function_call_tests(evaluate):
     code = ("class Solution:\n    def twoSum(self, nums: List[int], target: int) -> List[int]:\n"
             "        print('thinking...')\n        seen = {}\n"
