@@ -57,6 +57,9 @@ CHECKER_ERROR = "checker_error"
 # while running (ast.literal_eval of the program's output) comes after a traceback.
 PYTHON_SYNTAX_ERROR = re.compile(rb"^(?:SyntaxError|IndentationError|TabError): ", re.M)
 PYTHON_TRACEBACK = b"Traceback (most recent call last):"
+# A module it needs is missing (a dataset's checker importing its own helper): no program's
+# output causes that.
+PYTHON_IMPORT_ERROR = re.compile(rb"^(?:ModuleNotFoundError|ImportError): ", re.M)
 
 
 def _decode(data: bytes) -> str:
@@ -66,13 +69,16 @@ def _decode(data: bytes) -> str:
 def judge_side_failure(run: TestRun, language: str, output_limit: int) -> str | None:
     """Why a checker's or interactor's exit status is not its decision, or None: it wrote
     past its output cap (its writes failed: C++ dies of SIGXFSZ, Python raises and exits 1),
-    or its Python code does not parse (exit 1 too). An exception while it runs stays a
-    rejection: a checker's int() of garbage output fails because of the program."""
+    or its Python code does not parse or import (exit 1 too). Another exception while it runs
+    stays a rejection: a checker's int() of garbage output fails because of the program."""
     if run.stdout_truncated or run.stderr_truncated:
         return f"wrote more than its output cap of {output_limit} bytes"
-    if (language == "python" and run.exit_code == 1 and PYTHON_TRACEBACK not in run.stderr
-            and PYTHON_SYNTAX_ERROR.search(run.stderr)):
+    if language != "python" or run.exit_code != 1:
+        return None
+    if PYTHON_TRACEBACK not in run.stderr and PYTHON_SYNTAX_ERROR.search(run.stderr):
         return "does not compile (a Python syntax error)"
+    if PYTHON_TRACEBACK in run.stderr and PYTHON_IMPORT_ERROR.search(run.stderr):
+        return "cannot import a module it needs"
     return None
 
 

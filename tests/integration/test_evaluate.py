@@ -172,7 +172,8 @@ def test_a_checker_exiting_3_is_a_judge_failure_not_a_verdict(evaluate):
 @pytest.mark.parametrize("checker, why", [
     ("def check(:\n    pass", "does not compile (a Python syntax error)"),
     ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", "more than its output cap"),
-], ids=["python-syntax-error", "output-flood"])
+    ("import testlib_helpers\n", "cannot import a module it needs"),
+], ids=["python-syntax-error", "output-flood", "missing-module"])
 def test_a_python_checker_that_cannot_decide_is_a_sandbox_error(evaluate, checker, why):
     # Both exit 1, as a rejection does: the checker's failure, never the program's verdict.
     result = evaluate("print(1)", "python", [{"expected_output": "1"}],
