@@ -115,11 +115,14 @@ class Judge:
             await self._run_checker(ev, ev.checker, result, dict(sorted(work.clean_runs.items())),
                                     deadline)
         if ev.stop_on_first_failure:
+            # As one sandbox would: nothing of a test after the first failure, though another
+            # sandbox (or, for the checker, this one) ran it meanwhile.
+            why = "not checked: an earlier test failed" if ev.checker else "not run: an earlier test failed"
             failed = False
-            for outcome in result.outcomes:
+            for i, outcome in enumerate(result.outcomes):
                 if failed and outcome.verdict is not Verdict.SKIPPED:
-                    outcome.verdict, outcome.message = Verdict.SKIPPED, "not run: an earlier test failed"
-                failed = failed or outcome.verdict is not Verdict.ACCEPTED
+                    result.outcomes[i] = TestOutcome(outcome.index, Verdict.SKIPPED, why)
+                failed = failed or result.outcomes[i].verdict is not Verdict.ACCEPTED
         return result
 
     async def _run_tests(self, work: WorkQueue, program: PreparedProgram,

@@ -129,6 +129,10 @@ CHECKER = ("import sys\ninp, out, ans = (open(p).read().split() for p in sys.arg
            "    print('valid split')\nelse:\n    print('invalid split', out)\n    sys.exit(1)\n")
 
 
+CHECKER_SAME = ("import sys\nout, ans = (open(p).read().split() for p in sys.argv[2:4])\n"
+                "sys.exit(0 if out == ans else 1)")
+
+
 def test_checker_program_decides(evaluate):
     # Many answers are right (any split of n): only a checker can judge them.
     code = "n = int(input())\nprint(n // 3, n - n // 3) if n != 7 else print(1, 1)"
@@ -186,6 +190,16 @@ def test_a_python_checker_that_cannot_decide_is_a_sandbox_error(evaluate, checke
     judged = evaluate("print('one')\nprint(1)", "python", [{"expected_output": "1"}, ],
                       checker={"language": "python", "code": lazy})
     assert verdicts(judged) == ["wrong_answer"], judged
+
+
+def test_a_checker_with_stop_on_first_failure_reports_nothing_after_the_failure(evaluate):
+    tests = [{"stdin": s, "expected_output": "ok"} for s in ("ok", "wrong", "ok", "crash")]
+    code = "import sys\nt = input()\nprint('nope' if t == 'wrong' else 'ok')\nsys.exit(t == 'crash')"
+    result = evaluate(code, "python", tests, stop_on_first_failure=True,
+                      checker={"language": "python", "code": CHECKER_SAME})
+    assert verdicts(result) == ["accepted", "wrong_answer", "skipped", "skipped"], result
+    assert all(t["message"] == "not checked: an earlier test failed" and t["exit_code"] is None
+               and t["stdout"] == "" for t in result["tests"][2:]), result["tests"][2:]
 
 
 def test_the_checks_share_the_total_time_budget(evaluate):

@@ -93,3 +93,6 @@ def test_stop_on_first_failure_still_skips(server):
     assert verdicts(result) == ["accepted", "accepted", "wrong_answer"] + ["skipped"] * 5, result
     assert result["verl_results"] == [True, True, False] + [False] * 5
     assert all(t["message"] == "not run: an earlier test failed" for t in result["tests"][3:])
+    # ...with nothing of a run another sandbox made meanwhile, as one sandbox would answer.
+    assert all(t["exit_code"] is None and t["stdout"] == "" and t["wall_time"] is None
+               for t in result["tests"][3:]), result["tests"][3:]
