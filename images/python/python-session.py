@@ -33,7 +33,7 @@ CONTROL = sys.argv[1]
 # and plt.show() leaves them open (sandbox_inline.py, beside this file).
 os.environ["MPLBACKEND"] = "module://sandbox_inline"
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
-from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled  # noqa: E402
+from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled, stdlib  # noqa: E402
 
 channel = _socket.socket(fileno=4)
 commands = _queue.SimpleQueue()  # (seq, display), or None once the server is gone
@@ -156,8 +156,7 @@ def run_cell(seq: int, display: bool) -> int:
             results += [{"type": "display", "data": {"image/png": png}} for png in figures()]
         except Exception as exc:  # noqa: BLE001
             sys.stderr.write(f"could not draw the figures: {exc!r}\n")
-        import json
-
+        json = stdlib("json")
         with open(path(seq, "display"), "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in results))
     release_stdio()

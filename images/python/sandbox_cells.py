@@ -6,11 +6,32 @@ Only C modules at import: a session's start-up time is its create time."""
 
 import _ast
 import io
+import os
 import sys
 
 PyCF_ONLY_AST, PyCF_ALLOW_TOP_LEVEL_AWAIT, CO_COROUTINE = 0x400, 0x2000, 0x80
 CELL_FILE = "<cell-%d>"
 _loop = None  # a notebook's event loop, kept from cell to cell
+# Where the standard library and these files are: what the interpreter's own imports may read.
+TRUSTED = tuple({sys.prefix, sys.base_prefix, os.path.dirname(os.path.abspath(__file__))})
+
+
+def stdlib(name: str):
+    """The standard library's module ``name``, for the interpreter's own use (tracebacks,
+    results), never a file of the work directory of that name: a cell that wrote json.py or
+    traceback.py would otherwise break how every later cell is reported. What a cell imports
+    itself is python3's: its folder first."""
+    module = sys.modules.get(name)
+    if module is None:
+        saved = sys.path[:]
+        sys.path[:] = [entry for entry in saved
+                       if any(entry == top or entry.startswith(top + os.sep) for top in TRUSTED)]
+        try:
+            __import__(name)
+        finally:
+            sys.path[:] = saved
+        module = sys.modules[name]
+    return module
 
 
 def compile_cell(source: str, seq: int, notebook: bool = False):
@@ -31,9 +52,7 @@ def _silenced(source: str) -> bool:
     """Whether the cell's last token is `;` (comments and blank lines aside), as IPython asks."""
     if ";" not in source:
         return False
-    import io
-    import tokenize
-
+    tokenize = stdlib("tokenize")
     last = ""
     skipped = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
                tokenize.ENDMARKER}
@@ -54,8 +73,7 @@ def run_compiled(code, namespace: dict):
     if code.co_flags & CO_COROUTINE:
         global _loop
         if _loop is None or _loop.is_closed():
-            import asyncio
-
+            asyncio = stdlib("asyncio")
             _loop = asyncio.new_event_loop()
             asyncio.set_event_loop(_loop)
         value = _loop.run_until_complete(value)
@@ -64,15 +82,12 @@ def run_compiled(code, namespace: dict):
 
 def remember_source(source: str, seq: int) -> None:
     """Tracebacks quote the cell's lines, as IPython's do."""
-    import linecache
-
-    linecache.cache[CELL_FILE % seq] = (len(source), None, source.splitlines(True), CELL_FILE % seq)
+    stdlib("linecache").cache[CELL_FILE % seq] = (len(source), None, source.splitlines(True), CELL_FILE % seq)
 
 
 def cell_traceback(exc: BaseException) -> list[str]:
     """The exception's traceback from the cell's own frames on, not the interpreter's."""
-    import traceback
-
+    traceback = stdlib("traceback")
     tb = exc.__traceback__
     while tb is not None and not tb.tb_frame.f_code.co_filename.startswith("<cell-"):
         tb = tb.tb_next
@@ -84,8 +99,7 @@ def figures() -> list[str]:
     pyplot = sys.modules.get("matplotlib.pyplot")
     if pyplot is None:
         return []
-    import base64
-
+    base64 = stdlib("base64")
     images = []
     for number in pyplot.get_fignums():
         buffer = io.BytesIO()

@@ -23,7 +23,7 @@ import time
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 os.environ["MPLBACKEND"] = "module://sandbox_inline"  # plt.show() leaves figures for us
-from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled  # noqa: E402
+from sandbox_cells import cell_traceback, compile_cell, exit_code, figures, remember_source, run_compiled, stdlib  # noqa: E402
 
 channel: socket.socket
 sending = threading.Lock()  # a cell's threads print too
@@ -107,7 +107,7 @@ def shell(command: str) -> None:
     if PIP_INSTALL.match(command):
         sys.stderr.write(NO_PIP)
         return
-    import subprocess  # here: a context's start-up is a sandbox's create time
+    subprocess = stdlib("subprocess")  # here: a context's start-up is a sandbox's create time
 
     sys.stdout.flush()
     done = subprocess.run(["/bin/bash", "-c", command], stdin=subprocess.DEVNULL,
@@ -183,9 +183,7 @@ def formats(value) -> dict:
         if made is None:
             continue
         if isinstance(made, bytes):
-            import base64
-
-            made = base64.b64encode(made).decode()
+            made = stdlib("base64").b64encode(made).decode()
         data[key] = made
     return data
 

@@ -163,6 +163,11 @@ def test_cells_compile_as_ipythons_await_and_semicolon(sbx):
     silenced = sbx.run_code("shown = 3\nshown;  # no value")
     assert silenced.error is None and silenced.results == [], silenced
     assert sbx.run_code("shown").text == "3"
+    # The context's own reporting reads the standard library, not a cell's traceback.py.
+    sbx.run_code("open('traceback.py', 'w').write('raise SystemExit(9)')")
+    error = sbx.run_code("1 / 0").error
+    assert error is not None and error.name == "ZeroDivisionError" and "<cell-" in error.traceback
+    assert sbx.run_code("shown").text == "3"
 
 
 def test_a_bash_cell_may_define_printf_and_source(sbx):

@@ -602,3 +602,22 @@ def test_deleting_a_session_while_its_interpreter_restarts_leaves_nothing(oci_se
             assert requests.delete(f"{base}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 204
             caller.join(TIMEOUT)
     assert {a.status_code for a in answers} <= {200, 404}, [a.text for a in answers if a.status_code >= 500]
+
+
+def test_files_named_like_the_standard_library_do_not_break_the_interpreter(url, session):
+    # The interpreter's own lazy imports (the traceback it reports, the JSON it answers) read
+    # the standard library, not a cell's traceback.py or json.py.
+    written = call(url, session, "for name in ('traceback', 'json', 'linecache', 'tokenize', 'base64'):\n"
+                                 "    open(name + '.py', 'w').write('raise SystemExit(9)')\nkept = 1")
+    assert written["status"] == "Success", written
+    failed = call(url, session, "1 / 0")
+    assert "ZeroDivisionError: division by zero" in failed["run_result"]["stderr"], failed
+    assert not failed["session_restarted"]
+    assert call(url, session, "print(kept)")["run_result"]["stdout"] == "1\n"
+    cells = ["open('json.py', 'w').write('raise SystemExit(9)')\nopen('traceback.py', 'w').write('x')",
+             "1 / 0", "2 ;", "'shown'"]
+    answer = requests.post(f"{url}/run_jupyter", json={"cells": cells}, timeout=TIMEOUT).json()
+    assert answer["status"] == "Success", answer
+    assert answer["cells"][1]["error"][0]["ename"] == "ZeroDivisionError"
+    assert answer["cells"][2]["display"] == [] and answer["cells"][3]["display"] == [{"text/plain": "'shown'"}]
+
