@@ -25,7 +25,7 @@ from ..engine.output import decode_output
 from ..engine.paths import UnsafePath, confine
 from ..runtimes import RuntimeRegistry
 from ..engine.backends import BackendError
-from ..sessions import (BadSessionId, NotOwned, Session, SessionGone, SessionRegistry,
+from ..sessions import (BadSessionId, NotForkable, NotOwned, Session, SessionGone, SessionRegistry,
                         SessionsFull, SessionsUnsupported, parse_session_id)
 from .observability import answered_elsewhere, note_run_request, note_run_result
 from .schemas import RunCodeRequest, RunCodeResponse
@@ -116,6 +116,10 @@ def install_session_errors(app) -> None:
     @app.exception_handler(BadSessionId)
     async def bad_id(request: Request, exc: BadSessionId):
         return JSONResponse(status_code=422, content={"detail": str(exc)})
+
+    @app.exception_handler(NotForkable)
+    async def not_forkable(request: Request, exc: NotForkable):
+        return JSONResponse(status_code=409, content={"detail": str(exc)})
 
     @app.exception_handler(SessionsFull)
     async def full(request: Request, exc: SessionsFull):
@@ -228,6 +232,7 @@ def session_router(services) -> APIRouter:
     @router.post("/v1/sessions/{session_id}/fork", status_code=201, response_model=SessionForked,
                  summary="A new, independent session in this one's state",
                  responses={404: {"description": "No such session."},
+                            409: {"description": "The session's calls carried too much to replay; `detail` says what."},
                             410: {"description": "The session was lost with its replica."},
                             501: {"description": "This server's backend has no sessions (docker)."},
                             503: {"description": "No room for another session; retry after `Retry-After` s."}})

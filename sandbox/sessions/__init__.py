@@ -4,8 +4,8 @@ owned and expired by ``SessionRegistry``."""
 
 from .agent import MAX_FILE_BYTES, Agent, AgentFailure
 from .registry import BadSessionId, NotOwned, SessionRegistry, SessionsFull, parse_session_id
-from .session import Session, SessionGone, SessionsUnsupported
+from .session import NotForkable, Session, SessionGone, SessionsUnsupported
 
-__all__ = ["MAX_FILE_BYTES", "Agent", "AgentFailure", "BadSessionId", "NotOwned", "Session", "SessionGone", "SessionRegistry", "SessionsFull",
+__all__ = ["MAX_FILE_BYTES", "Agent", "AgentFailure", "BadSessionId", "NotForkable", "NotOwned", "Session", "SessionGone", "SessionRegistry", "SessionsFull",
            "SessionsUnsupported",
            "parse_session_id"]

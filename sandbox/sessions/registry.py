@@ -16,7 +16,7 @@ from collections import Counter
 from ..engine import Engine
 from ..engine.models import Limits
 from ..runtimes import RuntimeSpec
-from .session import Session, SessionGone
+from .session import NotForkable, Session, SessionGone
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,8 @@ class SessionRegistry:
         parent = self.get(session_id)
         async with parent.lock:  # the call in flight, if any, is part of the state
             history = list(parent.history)
+            if parent.stateful and parent.unforkable:
+                raise NotForkable(f"session {parent.id} cannot be forked: {parent.unforkable}")
         child = await self.create(parent.spec, parent.limits, parent.idle_timeout_s,
                                   parent.max_lifetime_s, parent.files, parent.with_agent,
                                   parent.ceiling_s)
@@ -126,7 +128,6 @@ class SessionRegistry:
                 mode = "replay"
             else:
                 await child.copy_workdir_from(parent)
-                child.history = history
                 mode = "checkpoint"
         except BaseException:
             await self._remove(child, "deleted")

@@ -25,6 +25,9 @@ from .agent import LINE_LIMIT, Agent
 from .interpreter import CallResult, Interpreter
 
 HOME = "/home/user"  # where an agent's programs find the work directory (E2B's home)
+# What a session's replay log may hold (its calls' code, stdin and files), in the server's
+# memory for the session's life: past it the log goes and the session can no longer fork.
+REPLAY_LOG_BYTES = 16 << 20
 
 
 class SessionGone(LookupError):
@@ -33,6 +36,10 @@ class SessionGone(LookupError):
 
 class SessionsUnsupported(RuntimeError):
     """This server's backend cannot keep a sandbox between requests (HTTP 501)."""
+
+
+class NotForkable(RuntimeError):
+    """The session's replay log outgrew REPLAY_LOG_BYTES (HTTP 409)."""
 
 
 @dataclass
@@ -44,6 +51,10 @@ class Call:
     files: dict[str, bytes]
     timeout_s: float
     restarted_after: bool = False  # the interpreter was started again after this call
+
+    @property
+    def size(self) -> int:
+        return len(self.code) + len(self.stdin) + sum(len(k) + len(v) for k, v in self.files.items())
 
 
 @dataclass
@@ -74,6 +85,8 @@ class Session:
         self.closed = False
         self.lock = asyncio.Lock()
         self.history: list[Call] = []
+        self.history_bytes = 0
+        self.unforkable = ""  # why a fork cannot replay this session's calls any more
         self.box = None
         self.interpreter: Interpreter | None = None
         self.with_agent = with_agent
@@ -185,12 +198,27 @@ class Session:
             if log and result.restarted_before and self.history:
                 self.history[-1].restarted_after = True
             if log and not result.job.error:  # a call the sandbox failed did not run
-                self.history.append(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
-                                         restarted_after=result.restarted))
+                self._log(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
+                               restarted_after=result.restarted))
             peak = result.job.peak_memory_bytes
             if peak is not None:
                 self.peak_memory_bytes = max(self.peak_memory_bytes or 0, peak)
             return result
+
+    def _log(self, call: Call) -> None:
+        """Keep ``call`` for a fork's replay: only an interpreter's state needs one (a fork of
+        another session copies its work directory), and only up to REPLAY_LOG_BYTES."""
+        if not self.stateful or self.unforkable:
+            return
+        self.history_bytes += call.size
+        if self.history_bytes > REPLAY_LOG_BYTES:
+            self.history, self.history_bytes = [], 0
+            self.unforkable = (f"its calls' code, stdin and files passed {REPLAY_LOG_BYTES >> 20} MiB, "
+                               f"more than a fork's replay keeps: fork it before such calls, or "
+                               f"write large inputs with a call that makes them (as code) instead "
+                               f"of sending them")
+            return
+        self.history.append(call)
 
     async def _run(self, engine: Engine, job: Job, display: bool) -> SessionResult:
         result = JobResult(sandbox_id=self.box.id[:12])

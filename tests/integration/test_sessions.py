@@ -621,3 +621,17 @@ def test_files_named_like_the_standard_library_do_not_break_the_interpreter(url,
     assert answer["cells"][1]["error"][0]["ename"] == "ZeroDivisionError"
     assert answer["cells"][2]["display"] == [] and answer["cells"][3]["display"] == [{"text/plain": "'shown'"}]
 
+
+def test_a_session_whose_calls_carried_too_much_to_replay_cannot_fork(url, session):
+    # A fork replays the parent's calls, kept in the server's memory: 16 MiB of them at most.
+    blob = base64.b64encode(b"x" * (6 << 20)).decode()
+    for name in ("a", "b"):
+        assert call(url, session, "kept = 1", files={name: blob})["status"] == "Success"
+    forked = requests.post(f"{url}/v1/sessions/{session}/fork", timeout=TIMEOUT)
+    assert forked.status_code == 201, forked.text
+    requests.delete(f"{url}/v1/sessions/{forked.json()['session_id']}", timeout=TIMEOUT)
+    assert call(url, session, "kept += 1", files={"c": blob})["status"] == "Success"
+    refused = requests.post(f"{url}/v1/sessions/{session}/fork", timeout=TIMEOUT)
+    assert refused.status_code == 409, refused.text
+    assert "cannot be forked" in refused.json()["detail"] and "16 MiB" in refused.json()["detail"]
+    assert call(url, session, "print(kept)")["run_result"]["stdout"] == "2\n"  # it lives on
