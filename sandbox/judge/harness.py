@@ -84,6 +84,20 @@ def function_call_program(code: str, fn_name: str) -> str:
             + _CALL.format(fn_name=json.dumps(fn_name)))
 
 
-def assert_program(code: str, assert_code: str) -> str:
-    """verl's assert_case: the test's assertions appended to the submission."""
-    return code + "\n\n" + assert_code
+def assert_program(code: str, assert_code: str, marker: str | None = None) -> str:
+    """verl's assert_case: the test's assertions appended to the submission. With ``marker``
+    (Python), the program then writes it on its stdout (``marker_line``), after what it printed:
+    the judge passes only a run that reached it, so a submission that ends with exit(0) or
+    os._exit(0) before the assertions does not pass them."""
+    program = code + "\n\n" + assert_code
+    if marker is None:
+        return program
+    return (program + "\n"
+            "for __sandbox_stream in (__import__('sys').stdout, __import__('sys').__stdout__):\n"
+            "    try:\n        __sandbox_stream.flush()\n    except Exception:\n        pass\n"
+            f"__import__('os').write(1, {marker_line(marker)!r})\n")
+
+
+def marker_line(marker: str) -> bytes:
+    """What ``assert_program`` writes: a line of its own, taken out again by the judge."""
+    return f"\n<sandbox: assertions ran {marker}>\n".encode()

@@ -22,7 +22,7 @@ from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.models import StepStatus
 from ..engine.runner_protocol import TestRun
 from .compare import compare_call_result, compare_output
-from .harness import assert_program, function_call_program
+from .harness import assert_program, function_call_program, marker_line
 from .interactive import InteractiveJudge, judge_side_failure
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
 from .workqueue import BUDGET_FLOOR_S, WorkQueue
@@ -79,7 +79,8 @@ class Judge:
                 continue
             # Each assert test is its own program beside the submission.
             name = f"assert_{index}{_suffix(job.spec.source)}"
-            files[name] = assert_program(job.code, test.assert_code).encode()
+            marker = ev.assert_marker if job.spec.language == "python" else None
+            files[name] = assert_program(job.code, test.assert_code, marker).encode()
             argvs.append([name if part == job.spec.source else part for part in job.spec.run])
         job = dataclasses.replace(job, files=files)
 
@@ -238,6 +239,13 @@ class Judge:
                  cut_by_budget: bool) -> tuple[TestOutcome, bool]:
         """The test's outcome, and whether it ran cleanly (exit 0, within every limit)."""
         preview = ev.preview_bytes
+        ended_early = False
+        if test.assert_code is not None and ev.job.spec.language == "python":
+            line = marker_line(ev.assert_marker)
+            at = run.stdout.rfind(line)
+            if at >= 0:
+                run = dataclasses.replace(run, stdout=run.stdout[:at] + run.stdout[at + len(line):])
+            ended_early = at < 0
         outcome = TestOutcome(
             index, Verdict.ACCEPTED, exit_code=run.exit_code, signal=run.signal,
             wall_time_s=round(run.wall_time_s, 6), cpu_time_s=round(run.cpu_time_s, 6),
@@ -245,6 +253,9 @@ class Judge:
             stdout=run.stdout[:preview], stderr=run.stderr[:preview],
             stdout_truncated=len(run.stdout) > preview or run.stdout_truncated)
         verdict, message = self._run_verdict(ev, test, run, cut_by_budget)
+        if verdict is None and ended_early:
+            verdict, message = Verdict.RUNTIME_ERROR, ("exited with code 0 before the test's "
+                                                       "assertions ran")
         clean = verdict is None
         if clean:
             verdict, message = (Verdict.SKIPPED, "awaiting the checker") if ev.checker is not None \

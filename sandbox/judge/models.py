@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import secrets
 from dataclasses import dataclass, field
 
 from ..engine.models import Job, StepResult
@@ -76,6 +77,9 @@ class Evaluation:
     stop_on_first_failure: bool = False
     total_timeout_s: float | None = None
     preview_bytes: int = 1024
+    # What a Python assert test prints once its assertions ran (harness.assert_program): an
+    # exit(0) before them does not pass. Random per request: no dataset's output holds it.
+    assert_marker: str = field(default_factory=lambda: secrets.token_hex(16))
 
 
 @dataclass

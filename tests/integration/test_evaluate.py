@@ -261,6 +261,24 @@ def test_assert_tests(evaluate):
     assert "AssertionError" in result["tests"][1]["stderr"]
 
 
+@pytest.mark.parametrize("ending", ["exit()", "import sys; sys.exit(0)", "import os; os._exit(0)",
+                                    "raise SystemExit"])
+def test_an_exit_before_the_assertions_does_not_pass_them(evaluate, ending):
+    # The commonest reward hack on assert tests: the submission ends the process, with exit
+    # status 0, before the appended assertions run.
+    code = f"def add(a, b):\n    return a - b\nprint('out', end='')\n{ending}"
+    tests = [{"assert_code": "assert add(1, 2) == 3"}, {"assert_code": "assert add(2, 2) == 4"}]
+    result = evaluate(code, "python", tests)
+    assert verdicts(result) == ["runtime_error", "runtime_error"], result
+    assert result["tests"][0]["message"] == "exited with code 0 before the test's assertions ran"
+    # A run that got there passes, its output as it printed it (the marker taken out).
+    honest = evaluate("def add(a, b):\n    return a + b\nprint('out', end='')", "python",
+                      [{"assert_code": "assert add(1, 2) == 3", "expected_output": "out"},
+                       {"assert_code": "import threading\nthreading.Thread(target=print, args=('late',)).start()"}])
+    assert verdicts(honest) == ["accepted", "accepted"], honest
+    assert honest["tests"][0]["stdout"] == "out"
+
+
 def test_bad_requests_get_clear_422s(evaluate, server):
     assert "fn_name" in evaluate(CPP_SUM, "cpp", SUM_TESTS, 422, fn_name="f")["detail"]
     assert "interpreted" in evaluate(CPP_SUM, "cpp", [{"assert_code": "x"}], 422)["detail"]
