@@ -348,6 +348,48 @@ def _job_hierarchies() -> list[Path]:
     return _job_layout
 
 
+# The share of the host's process ids every sandbox of an instance may hold together: each has
+# its own pids limit, but sessions live long and their number is bounded by memory, so
+# SANDBOX_MAX_SESSIONS x SANDBOX_PIDS_LIMIT can pass kernel.pid_max (1,004 x 256 against
+# 32,768 here): the rest stays the host's, the server's own forks included.
+HOST_PIDS_SHARE = 0.75
+
+
+def host_pids() -> int | None:
+    """How many processes and threads the host can have (kernel.pid_max, kernel.threads-max)."""
+    bounds = [_read_int(f"/proc/sys/kernel/{name}") for name in ("pid_max", "threads-max")]
+    bounds = [bound for bound in bounds if bound]
+    return min(bounds) if bounds else None
+
+
+def cap_instance_pids(parent: str, share: float = HOST_PIDS_SHARE) -> int | None:
+    """A pids limit on the instance's parent cgroup (``parent``: "/llm-sandbox-<instance>"),
+    made now if it is not there yet, so that the sandboxes together can never take every
+    process id of the host. Returns the limit (None: the host's bound is unknown). OSError:
+    this host's cgroups cannot be written."""
+    total = host_pids()
+    if total is None:
+        return None
+    limit = max(1024, int(total * share))
+    tops = _job_hierarchies()
+    if tops == [CGROUP_ROOT]:
+        folder = f"{CGROUP_ROOT}{parent}"
+        if not os.path.isdir(folder):
+            os.mkdir(folder)
+        with contextlib.suppress(OSError):  # enabled already, or not ours to enable
+            _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
+        with contextlib.suppress(OSError):
+            _write(f"{folder}/cgroup.subtree_control", b"+cpu +memory +pids")
+    else:
+        tops = [top for top in tops if "pids" in top.name.split(",")]
+        if not tops:
+            return None
+        folder = f"{tops[0]}{parent}"
+        os.makedirs(folder, exist_ok=True)
+    _write(f"{folder}/pids.max", str(limit).encode())
+    return limit
+
+
 class JobCgroup:
     """A sandbox's cgroup made by the server, not by an OCI runtime: a warm template's child
     (``backends/warm.py``) joins it before it runs anything. The same limits crun sets from a

@@ -297,3 +297,27 @@ def test_prune_removes_only_roots_nothing_uses(docker_ready, tmp_path):
     assert sorted(kept) == ["000000000recent", "00000000running"]
     assert not entries["0000000000stale"].exists() and entries["000000000recent"].is_dir()
     assert not partials["dead"].exists() and partials["live"].is_dir()
+
+
+def test_the_instances_sandboxes_hold_a_bounded_share_of_the_hosts_process_ids(docker_ready):
+    """Each sandbox has its own pids limit, but sessions live long: together they must not be
+    able to take every process id of the host (1,004 sessions x 256 > kernel.pid_max 32,768)."""
+    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
+    from sandbox.engine.cgroups import CGROUP_ROOT, HOST_PIDS_SHARE, host_pids
+
+    instance = f"pids-{uuid.uuid4().hex[:8]}"
+    settings = Settings(instance=instance, backend="oci")
+    try:
+        choose_backend(settings)
+    except BackendUnavailable as exc:
+        pytest.skip(str(exc))
+    top = CGROUP_ROOT / "pids" if (CGROUP_ROOT / "pids").is_dir() else CGROUP_ROOT
+    parent = top / f"llm-sandbox-{instance}"
+    with TestClient(create_app(settings)) as http:
+        limit = int((parent / "pids.max").read_text())
+        assert limit == max(1024, int(host_pids() * HOST_PIDS_SHARE)) < host_pids()
+        session = http.post("/v1/sessions", json={"language": "python"}).json()["session_id"]
+        try:  # a session's interpreter counts against it, as every sandbox's processes do
+            assert int((parent / "pids.current").read_text()) >= 1
+        finally:
+            http.delete(f"/v1/sessions/{session}")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from .. import safe_files
-from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts,
+from ..cgroups import (CGROUP_ROOT, CgroupCpu, CgroupPerTest, JobCgroup, MemoryFacts, cap_instance_pids,
                        cgroup_memory_facts, remove_cgroup, schedstat_waited_ns)
 from ..deadline import RECHECK_S, FairDeadline
 from ..models import Limits, StepResult, StepStatus, ended_out_of_memory
@@ -641,6 +641,13 @@ class OciBackend:
         for name in {child.name for parent in parents if parent.is_dir()
                      for child in parent.iterdir() if child.is_dir()}:
             removed += remove_cgroup(f"/{self.cgroup_parent}/{name}")
+        try:
+            cap = cap_instance_pids(f"/{self.cgroup_parent}")
+            log.info("the sandboxes of this instance may hold %s process ids together",
+                     cap if cap is not None else "any number of")
+        except OSError as exc:
+            log.warning("cannot cap the process ids this instance's sandboxes hold together "
+                        "(%s): sessions could take every one of the host's", exc)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._put_run_dir_on_tmpfs()
         self._swept = True
