@@ -25,9 +25,10 @@
  * `END\n` (or the channel closing) ends the runner. Each test is its own process with its own
  * deadline; stdin, stdout and stderr are anonymous in-memory files (no name another test or
  * process could open), output is capped with RLIMIT_FSIZE (a write past the cap gets SIGXFSZ),
- * and between tests every other process in the sandbox is killed and /tmp and /dev/shm are
- * emptied, so nothing one test leaves behind reaches the next. The runner never sees expected
- * outputs: verdicts are decided by the server from what is reported here.
+ * and between tests every other process in the sandbox is killed, /tmp and /dev/shm are
+ * emptied and System V IPC objects removed, so nothing one test leaves behind reaches the
+ * next. The runner never sees expected outputs: verdicts are decided by the server from what
+ * is reported here.
  *
  * The runner is not dumpable (the program, same uid, cannot reach its fds or memory through
  * /proc). As PID 1 (OCI backend) it cannot be killed from inside; under `docker exec` it is
@@ -51,9 +52,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/msg.h>
 #include <sys/prctl.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -376,6 +380,45 @@ static void empty_folder(const char *path) {
 }
 
 
+#ifndef SHM_STAT_ANY /* Linux 4.17: the entry whatever its permissions (a test may chmod it 000) */
+#define SHM_STAT_ANY 15
+#endif
+#ifndef SEM_STAT_ANY
+#define SEM_STAT_ANY 20
+#endif
+#ifndef MSG_STAT_ANY
+#define MSG_STAT_ANY 13
+#endif
+
+/* System V shared memory, semaphores and message queues outlive the processes that made them,
+ * in the sandbox's IPC namespace that every test of it shares: a segment or a queue holds
+ * memory charged to the sandbox (a test leaving 180 MB in one made a later test of a 256 MB
+ * cap run out of memory), and any of them carries data to the next test. Remove them all: we
+ * made none, and our uid created theirs (IPC_RMID is the creator's or the owner's to do). */
+static void remove_ipc(void) {
+    struct shmid_ds shm;
+    struct semid_ds sem;
+    struct msqid_ds msg;
+    int top = shmctl(0, SHM_INFO, &shm);
+    for (int i = 0; i <= top; i++) {
+        int id = shmctl(i, SHM_STAT_ANY, &shm);
+        if (id < 0) id = shmctl(i, SHM_STAT, &shm);
+        if (id >= 0) shmctl(id, IPC_RMID, NULL);
+    }
+    top = semctl(0, 0, SEM_INFO, &sem);
+    for (int i = 0; i <= top; i++) {
+        int id = semctl(i, 0, SEM_STAT_ANY, &sem);
+        if (id < 0) id = semctl(i, 0, SEM_STAT, &sem);
+        if (id >= 0) semctl(id, 0, IPC_RMID);
+    }
+    top = msgctl(0, MSG_INFO, &msg);
+    for (int i = 0; i <= top; i++) {
+        int id = msgctl(i, MSG_STAT_ANY, &msg);
+        if (id < 0) id = msgctl(i, MSG_STAT, &msg);
+        if (id >= 0) msgctl(id, IPC_RMID, NULL);
+    }
+}
+
 static void free_args(char **args) {
     for (int i = 0; args[i]; i++) free(args[i]);
 }
@@ -535,6 +578,7 @@ static int run_test(const char *header) {
     }
 
     kill_all();
+    remove_ipc();
     empty_folder("/tmp");
     empty_folder("/dev/shm");
 

@@ -360,6 +360,25 @@ def test_tests_are_isolated_from_each_other(evaluate):
     assert "daemon" not in result["tests"][1]["stdout"]
 
 
+
+def test_system_v_ipc_does_not_reach_the_next_test(evaluate):
+    """Shared memory, semaphores and message queues outlive their processes in the sandbox's
+    IPC namespace, which its tests share: a segment left with 180 MB made a later test of a
+    256 MB cap run out of memory. Each test sees none and leaves some (one made unreadable):
+    every test after the first in a sandbox saw the earlier ones' before the runner removed
+    them."""
+    code = ("import ctypes\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "print(sum(len(open('/proc/sysvipc/' + k).read().splitlines()) - 1\n"
+            "          for k in ('shm', 'sem', 'msg')))\n"
+            "libc.shmget(0, 1 << 20, 0o1000)\n"  # IPC_PRIVATE, IPC_CREAT, mode 000
+            "libc.semget(0, 1, 0o1000 | 0o600)\n"
+            "queue = libc.msgget(0, 0o1000 | 0o600)\n"
+            "libc.msgsnd(queue, ctypes.create_string_buffer(b'\\1' + bytes(7) + b'left'), 4, 0)\n")
+    result = evaluate(code, "python", [{"expected_output": "0"}] * 6)
+    assert verdicts(result) == ["accepted"] * 6, result
+
+
 def test_one_tests_crash_does_not_touch_the_next(evaluate):
     code = ("import os\nt = input()\n"
             "if t == 'boom':\n    x = []\n    while True: x.append(bytearray(1 << 20))\nprint(t)")
