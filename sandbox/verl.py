@@ -13,12 +13,14 @@ and ``compute_score`` is a ready ``custom_reward_function`` (see docs/evaluation
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 from typing import Any
 
 from .client import SandboxClient, SandboxClientError
 
+log = logging.getLogger(__name__)
 _clients: dict[str, SandboxClient] = {}
 _clients_lock = threading.Lock()
 # What verl reports per case (its metadata "status") for each of our verdicts.
@@ -123,7 +125,13 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any,
     """A verl ``custom_reward_function``: 1.0 when every test passes (or, with
     ``continuous``, the fraction passed). ``ground_truth`` is verl's ``in_outs`` (a dict or
     its JSON text); ``extra_info["language"]`` overrides ``language``."""
-    in_outs = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    try:
+        in_outs = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+    except json.JSONDecodeError as exc:
+        # One sample's bad test data scores 0, as verl's own sandbox_fusion compute_score does;
+        # raising would end the trainer's whole step.
+        log.error("compute_score: ground_truth is not JSON (%s); scored 0", exc)
+        return 0.0
     language = (extra_info or {}).get("language", language)
     results, _ = check_correctness(sandbox_url, in_outs, extract_code(solution_str), timeout,
                                    memory_limit_mb, language)

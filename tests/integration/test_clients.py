@@ -130,6 +130,9 @@ def test_check_correctness_function_call_and_bad_input(server):
     wrong = {**in_outs, "outputs": ["[1, 2, 3]", "[1]"]}
     assert compute_score("leetcode", answer, wrong, sandbox_url=server) == 0.0
     assert compute_score("leetcode", answer, wrong, sandbox_url=server, continuous=True) == 0.5
+    # A sample whose ground truth is not JSON scores 0 (as verl's own compute_score) instead of
+    # raising out of the trainer's reward step.
+    assert compute_score("leetcode", answer, '{"inputs": ["1"', sandbox_url=server) == 0.0
 
 
 def test_verl_reward_file_loads_the_way_verl_loads_it(server):
