@@ -15,6 +15,16 @@ from pathlib import Path
 from .config import ConfigError, Settings, load_settings, unknown_environment_settings
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port: ports are 1 to 65535")
+    return port
+
+
 def _parser() -> argparse.ArgumentParser:
     # --config is accepted before or after every command, so `run` and `doctor` see what
     # `serve` would. SUPPRESS: a command's missing --config must not erase one given before it.
@@ -26,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP server")
     serve.add_argument("--host", help="bind address (default SANDBOX_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default SANDBOX_PORT or 8080)")
+    serve.add_argument("--port", type=_port, help="port (default SANDBOX_PORT or 8080)")
 
     run = sub.add_parser(
         "run", parents=[common], help="run one program in a sandbox, without a server",
@@ -83,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     deploy.add_argument("--address", help="the cluster (default: RAY_ADDRESS, else the local one)")
     deploy.add_argument("--host", help="where each node's proxy listens (default SANDBOX_HOST or "
                                        "127.0.0.1: a trainer uses its own node's proxy)")
-    deploy.add_argument("--port", type=int, default=8000, help="proxy port (default 8000)")
+    deploy.add_argument("--port", type=_port, default=8000, help="proxy port (default 8000)")
     deploy.add_argument("--min-replicas", type=int, help="default: the sandbox nodes now")
     deploy.add_argument("--max-replicas", type=int, help="default: 4x the sandbox nodes now")
     deploy.add_argument("--target-ongoing-requests", type=float, default=8,
@@ -108,7 +118,22 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"sandbox: {exc}", file=sys.stderr)
         return 2
-    return COMMANDS[args.command](args, settings)
+    try:
+        return COMMANDS[args.command](args, settings)
+    except _setting_errors() as exc:
+        # A setting that validates but does not work on this host (runtimes_dir without specs,
+        # an audit log that cannot be opened, an OCI runtime that is not there): its message
+        # names the setting, a traceback would only hide it.
+        print(f"sandbox {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _setting_errors() -> tuple[type[Exception], ...]:
+    from .api.observability import AuditLogUnavailable
+    from .engine.backends.select import BackendUnavailable
+    from .runtimes import RuntimeSpecError
+
+    return (RuntimeSpecError, AuditLogUnavailable, BackendUnavailable)
 
 
 # asyncio's own event loop, not uvloop: uvloop's pipe transports close a pipe's descriptor
@@ -137,7 +162,15 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     for name, close in unknown_environment_settings():
         log.warning("environment variable %s is not a setting and is ignored%s", name,
                     f" (did you mean {close}?)" if close else "")
-    uvicorn.run(create_app(settings), host=args.host or settings.host,
+    from .local_run import oci_folders_problem
+
+    app = create_app(settings)
+    # Checked here: failing in the server's start-up would be a traceback from its lifespan.
+    problem = oci_folders_problem(settings, app.state.services.engine.backend)
+    if problem:
+        print(f"sandbox serve: {problem}", file=sys.stderr)
+        return 2
+    uvicorn.run(app, host=args.host or settings.host,
                 port=args.port or settings.port, log_level="info", loop=EVENT_LOOP,
                 timeout_keep_alive=KEEP_ALIVE_S,
                 access_log=False)  # a log line per request costs more than the request's HTTP

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import (BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator,
                       model_validator)
 from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
-                               TomlConfigSettingsSource)
+                               SettingsError, TomlConfigSettingsSource)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MiB = 1024 * 1024
@@ -116,13 +116,18 @@ class StrictTomlSource(TomlConfigSettingsSource):
     a typo must not silently leave a setting at its default."""
 
     def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        if path.is_dir():
+            raise ConfigError(f"config file {path} is a folder (named by {CONFIG_ENV} or "
+                              f"--config); name the TOML file in it")
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist (named by {CONFIG_ENV} or "
                               f"--config); create it or unset {CONFIG_ENV}")
         try:
             super().__init__(settings_cls, toml_file=path)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {path} is not valid TOML (UTF-8 text): {exc}") from None
+        except OSError as exc:
+            raise ConfigError(f"config file {path} cannot be read: {exc.strerror}") from None
         _check_keys(path, self.toml_data, settings_cls)
 
 
@@ -163,7 +168,7 @@ class Settings(BaseSettings):
         None, description="TOML file with settings (the file keys below); environment variables "
                           "win over it. `--config PATH` on any `sandbox` command wins over this.")
     host: str = Field("127.0.0.1", description="Address the HTTP server binds to.")
-    port: int = Field(8080, description="Port the HTTP server listens on.")
+    port: int = Field(8080, ge=1, le=65535, description="Port the HTTP server listens on.")
     runtimes_dir: Path = Field(REPO_ROOT / "runtimes", description="Folder of runtime specs (*.toml).",
                                json_schema_extra={"shown_default": "`runtimes/` in the repository"})
 
@@ -500,6 +505,11 @@ def load_settings(**overrides: Any) -> Settings:
     """``Settings(**overrides)``, with validation errors turned into one readable ConfigError."""
     try:
         return Settings(**overrides)
+    except SettingsError as exc:
+        # A variable that holds a table (SANDBOX_LANGUAGES) whose value is not JSON.
+        raise ConfigError(f"invalid settings: {exc}: in the environment it takes JSON "
+                          f"(SANDBOX_LANGUAGES='{{\"java\": {{\"memory_mb\": 3072}}}}'), or set "
+                          f"one key at a time (SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072)") from None
     except ValidationError as exc:
         problems = []
         for err in exc.errors():

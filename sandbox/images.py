@@ -359,7 +359,11 @@ def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
     if specs is None:
         return 2
     store = RootfsStore(settings.state_dir / "rootfs")
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        say(f"cannot make {dest}: {exc.strerror}; give a folder that can be written")
+        return 1
     for spec in (group[0] for group in by_image(specs).values()):
         try:
             target = store.export_prebuilt(spec.image, dest, with_rootfs=not metadata_only)
@@ -375,7 +379,11 @@ def export_roots(dest: Path, languages: list[str] | None, settings: Settings,
 
 def list_images(settings: Settings) -> int:
     registry = RuntimeRegistry.load(settings.runtimes_dir)
-    client = docker.from_env()
+    try:
+        client = docker.from_env()
+    except docker.errors.DockerException as exc:
+        say(f"cannot reach the Docker daemon ({exc}); start dockerd (or Docker Desktop) and retry")
+        return 1
     for spec in registry:
         if not spec.buildable:
             say(f"{spec.language:14} {'-':20} not served: {spec.unavailable}")

@@ -86,6 +86,10 @@ async def run_file(path: Path, settings: Settings, *, language: str | None, stdi
         backend = choose_backend(own)
     except BackendUnavailable as exc:
         raise RunUsageError(f"{exc}; set SANDBOX_BACKEND=docker or see `sandbox doctor`") from None
+    problem = oci_folders_problem(own, backend)
+    if problem:
+        await backend.close()
+        raise RunUsageError(problem)
     engine = Engine(backend, max_concurrency=1)
     try:
         result = await engine.run(job)
@@ -94,6 +98,23 @@ async def run_file(path: Path, settings: Settings, *, language: str | None, stdi
         await backend.close()
         remove_empty_state_dirs(backend)
     return to_response(result, job, []), getattr(backend, "description", backend.name), language
+
+
+def oci_folders_problem(settings: Settings, backend) -> str | None:
+    """Why the oci backend cannot make its folders (run_dir, and state_dir where it unpacks
+    image roots), naming the setting; None when it can or the backend is not oci."""
+    if backend.name != "oci":
+        return None
+    folders = [("run_dir", settings.run_dir, "/run/llm-sandbox")]
+    if settings.rootfs_dir is None:
+        folders.append(("state_dir", settings.state_dir, "/var/lib/llm-sandbox"))
+    for name, folder, default in folders:
+        try:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            return (f"cannot make {name} {folder}: {exc.strerror}; set SANDBOX_{name.upper()} "
+                    f"to a folder root can write (default {default})")
+    return None
 
 
 def remove_empty_state_dirs(backend) -> None:

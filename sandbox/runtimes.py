@@ -200,7 +200,9 @@ class RuntimeRegistry:
                 raise RuntimeSpecError(f"{path}: language {spec.language!r} must match the file name")
             specs[spec.language] = spec
         if not specs:
-            raise RuntimeSpecError(f"no runtime specs (*.toml) in {folder}")
+            raise RuntimeSpecError(f"no runtime specs (*.toml) in {folder}; point "
+                                   f"SANDBOX_RUNTIMES_DIR (runtimes_dir) at a folder of them, or "
+                                   f"unset it for the repository's runtimes/")
         return cls(specs)
 
     @property

@@ -76,6 +76,59 @@ def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize("env, args, expected", [
+    ({"SANDBOX_PORT": "99999"}, (), "port: Input should be less than or equal to 65535"),
+    ({}, ("--port", "70000"), "argument --port: 70000 is not a port"),
+    ({"SANDBOX_LANGUAGES": "java=3072"}, (), "SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072"),
+    ({"SANDBOX_RUNTIMES_DIR": "/nonexistent"}, (), "point SANDBOX_RUNTIMES_DIR"),
+    ({"SANDBOX_AUDIT_LOG": "/nonexistent/audit.log"}, (),
+     "SANDBOX_AUDIT_LOG: cannot append to /nonexistent/audit.log"),
+    ({"SANDBOX_BACKEND": "oci", "SANDBOX_OCI_RUNTIME": "/nonexistent/crun"}, (),
+     "/nonexistent/crun is not an executable file (SANDBOX_OCI_RUNTIME)"),
+    ({"SANDBOX_RUN_DIR": "/proc/nonexistent"}, (), "cannot make run_dir /proc/nonexistent"),
+    ({"SANDBOX_STATE_DIR": "/proc/nonexistent"}, (), "cannot make state_dir /proc/nonexistent"),
+])
+def test_a_server_with_a_setting_it_cannot_use_says_which_and_exits_2(env, args, expected):
+    if "SANDBOX_RUN_DIR" in env or "SANDBOX_STATE_DIR" in env or "SANDBOX_OCI_RUNTIME" in env:
+        if os.geteuid() != 0:
+            pytest.skip("the oci backend (root) makes these folders")
+    result = sandbox_cli("serve", *args, env={"SANDBOX_INSTANCE": f"pytest-cli-{uuid.uuid4().hex[:8]}",
+                                              "SANDBOX_PORT": "1", **env}, timeout=60)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err[-2000:]
+    assert expected in err, err[-2000:]
+    assert "Traceback" not in err, err[-2000:]
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfeport = 1\n", "is not valid TOML (UTF-8 text)"),
+    (None, "is a folder"),
+])
+def test_a_config_file_that_cannot_be_read_is_named_without_a_traceback(tmp_path, content, expected):
+    config = tmp_path / "sandbox.toml"
+    if content is None:
+        config.mkdir()
+    else:
+        config.write_bytes(content)
+    for command in (("config",), ("run", str(tmp_path / "x.py")), ("doctor",)):
+        result = sandbox_cli(*command, "--config", str(config), timeout=60)
+        err = result.stderr.decode()
+        assert result.returncode == 2, err[-2000:]
+        assert f"config file {config} {expected}" in err and "Traceback" not in err, err[-2000:]
+
+
+def test_images_list_and_export_say_what_is_wrong_without_a_traceback(tmp_path):
+    result = sandbox_cli("images", "list", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    out = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 1 and "cannot reach the Docker daemon" in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    result = sandbox_cli("images", "export-rootfs", "/proc/nonexistent/roots", "bash",
+                         "--metadata-only")
+    out = result.stdout.decode() + result.stderr.decode()
+    assert result.returncode == 1 and "cannot make /proc/nonexistent/roots" in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+
+
 # -- sandbox run ------------------------------------------------------------------------------
 
 def test_run_python_with_stdin_from_a_pipe(docker_ready, tmp_path, instance):
@@ -162,6 +215,16 @@ def test_run_explains_what_it_cannot_run(tmp_path):
     result = sandbox_cli("run", str(tmp_path / "absent.py"))
     assert result.returncode == 2
     assert b"cannot read" in result.stderr
+    program = tmp_path / "hello.py"
+    program.write_text("print(1)")
+    for env, expected in (({"SANDBOX_RUNTIMES_DIR": str(tmp_path)}, b"point SANDBOX_RUNTIMES_DIR"),
+                          ({"SANDBOX_STATE_DIR": "/proc/nonexistent"},
+                           b"cannot make state_dir /proc/nonexistent")):
+        if "SANDBOX_STATE_DIR" in env and os.geteuid() != 0:
+            continue
+        result = sandbox_cli("run", str(program), env=env)
+        assert result.returncode == 2, result.stderr
+        assert expected in result.stderr and b"Traceback" not in result.stderr, result.stderr
 
 
 # -- sandbox doctor ---------------------------------------------------------------------------

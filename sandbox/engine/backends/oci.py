@@ -706,6 +706,8 @@ def oci_problem(runtime: str) -> str | None:
     if os.geteuid() != 0:
         return "the OCI backend needs root (it mounts work directories and creates cgroups)"
     if shutil.which(runtime) is None:
+        if "/" in runtime:  # a path given as SANDBOX_OCI_RUNTIME
+            return f"{runtime} is not an executable file (SANDBOX_OCI_RUNTIME)"
         return f"{runtime} is not installed (apt-get install {Path(runtime).name})"
     if Path(runtime).name == "crun" and hybrid_cgroups() and shutil.which("unshare") is None:
         return "crun needs unshare (util-linux) on a hybrid cgroup v1/v2 host like this one"
