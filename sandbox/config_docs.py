@@ -84,6 +84,10 @@ def effective_toml(settings: Settings) -> str:
         if getattr(settings, name) is None:  # TOML has no null: unset is the default
             lines.append(f"# {name} is not set")
             continue
+        if name == "api_key" and settings.api_keys:
+            # Never printed, and a masked value would make the file unusable (too short a key).
+            lines.append(f"# api_key is set (not shown){_origin(name, file_keys, settings)}")
+            continue
         lines.append(f"{name} = {_toml_value(getattr(settings, name))}"
                      f"{_origin(name, file_keys, settings)}")
     for language, overrides in sorted(settings.languages.items()):

@@ -305,6 +305,14 @@ def test_config_prints_the_effective_settings_as_a_usable_file(tmp_path):
     (tmp_path / "again.toml").write_text(text)
     again = sandbox_cli("config", "--config", str(tmp_path / "again.toml"))
     assert tomllib.loads(again.stdout.decode()) == parsed
+    # With an API key: not shown, and the file still loads (a masked key would be refused).
+    key = "k" * 32
+    keyed = sandbox_cli("config", env={"SANDBOX_API_KEY": key})
+    assert keyed.returncode == 0 and key not in keyed.stdout.decode()
+    assert "# api_key is set (not shown)  # from SANDBOX_API_KEY" in keyed.stdout.decode()
+    (tmp_path / "keyed.toml").write_bytes(keyed.stdout)
+    again = sandbox_cli("config", "--config", str(tmp_path / "keyed.toml"))
+    assert again.returncode == 0, again.stderr
 
 
 def test_config_markdown_is_the_docs_table():
