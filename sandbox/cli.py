@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
+import socket
 import sys
 from pathlib import Path
 
@@ -242,13 +244,20 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import ray as ray_core
 
+    def no_cluster(why: object) -> int:
+        print(f"sandbox ray: no Ray cluster at {args.address or 'RAY_ADDRESS or this machine'} "
+              f"({why}); start one (`ray start --head`) or pass --address HEAD:6379",
+              file=sys.stderr)
+        return 1
+
+    unreachable = _unreachable_ray_address(args.address or os.environ.get("RAY_ADDRESS", ""))
+    if unreachable:
+        # ray.init retries an address nobody listens at for minutes, deaf to Ctrl-C.
+        return no_cluster(unreachable)
     try:
         ray_core.init(address=args.address or "auto", log_to_driver=False)
     except ConnectionError as exc:
-        print(f"sandbox ray: no Ray cluster at {args.address or 'RAY_ADDRESS or this machine'} "
-              f"({exc}); start one (`ray start --head`) or pass --address HEAD:6379",
-              file=sys.stderr)
-        return 1
+        return no_cluster(exc)
     if args.ray_command == "stop":
         sandbox_ray.stop()
         print("sandbox ray: application deleted")
@@ -269,6 +278,19 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     print(f"sandbox ray: serving on every node's port {args.port} ({url} here); replicas: "
           f"{', '.join(sorted(sandbox_ray.replicas()))}")
     return 0
+
+
+def _unreachable_ray_address(address: str, timeout_s: float = 5.0) -> str | None:
+    """Why nothing answers at a HOST:PORT (or ray://HOST:PORT) address, or None (answered,
+    or not an address of that form: auto, local, empty)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        return f"cannot connect to {host}:{port}: {exc.strerror or exc}"
+    return None
 
 
 COMMANDS = {"serve": serve, "run": run, "doctor": doctor, "config": config, "images": images,

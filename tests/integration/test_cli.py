@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tomllib
@@ -320,3 +321,16 @@ def test_config_markdown_is_the_docs_table():
     assert result.returncode == 0
     assert result.stdout.decode() == markdown_table()
     assert result.stdout.decode() in (REPO_ROOT / "docs" / "configuration.md").read_text()
+
+
+# -- sandbox ray ------------------------------------------------------------------------------
+
+def test_ray_with_an_address_nobody_listens_at_says_so_instead_of_hanging():
+    pytest.importorskip("ray")
+    with socket.socket() as probe:  # a port nothing listens on: bound, never listening
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+        result = sandbox_cli("ray", "status", "--address", address, timeout=60)
+    err = result.stderr.decode()
+    assert result.returncode == 1, err[-2000:]
+    assert f"sandbox ray: no Ray cluster at {address} (cannot connect to {address}" in err, err[-2000:]
