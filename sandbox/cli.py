@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -203,6 +204,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     except RunUsageError as exc:
         print(f"sandbox run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # the run was cancelled, its sandbox removed
+        print("sandbox run: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
     if args.json:
         print(response.model_dump_json(indent=1))
     else:

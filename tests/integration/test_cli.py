@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 import tomllib
 import uuid
 
@@ -18,6 +20,7 @@ from sandbox.config import REPO_ROOT, Settings
 from sandbox.config_docs import markdown_table
 
 from ..conftest import assert_nothing_left, running_server
+from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -188,6 +191,25 @@ def test_run_timeout_and_signal_exit_codes(docker_ready, tmp_path, instance):
     killed.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGTERM)")
     result = sandbox_cli("run", str(killed), env={"SANDBOX_INSTANCE": instance})
     assert result.returncode == 128 + 15
+
+
+def test_run_interrupted_by_ctrl_c_exits_130_and_leaves_no_sandbox(docker_ready, tmp_path, instance):
+    loop = tmp_path / "loop.py"
+    loop.write_text("print('started', flush=True)\nwhile True: pass")
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("SANDBOX_") or k.startswith("SANDBOX_TESTS_")}
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "run", str(loop), "--timeout", "60"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
+                            env={**clean, "SANDBOX_INSTANCE": instance})
+    try:
+        time.sleep(scaled(3))  # the program is running in its sandbox (its output comes at the end)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err.decode()[-2000:]
+    assert b"sandbox run: interrupted" in err and b"Traceback" not in err, err.decode()[-2000:]
+    # The instance fixture then finds no container state, folder or cgroup of this run.
 
 
 def test_run_honours_the_config_file_and_memory_flag(docker_ready, tmp_path, instance):

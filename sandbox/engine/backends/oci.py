@@ -288,6 +288,9 @@ class OciSandbox:
                 await self._backend.kill(name)
                 proc.kill()
                 await wait_exit(proc, self._backend.runtime)
+                # The runtime, killed, left the container's state and cgroup behind (a step
+                # cancelled mid-run: Ctrl-C on `sandbox run`, a server shutting down).
+                await self._backend.delete(name)
             self.forget_step(name)
 
     @asynccontextmanager
