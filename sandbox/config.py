@@ -420,6 +420,11 @@ class Settings(BaseSettings):
             return self
         # Runtime specs are named after their language (runtimes.py enforces it).
         served = sorted(p.stem for p in Path(self.runtimes_dir).glob("*.toml"))
+        # Environment variable names are read case-insensitively (lower case), so that
+        # SANDBOX_LANGUAGES__R__MEMORY_MB reaches here as "r": it means `R`, as D_UT means `D_ut`.
+        by_lower = {name.lower(): name for name in served}
+        self.languages = {language if language in served else by_lower.get(language.lower(), language):
+                          overrides for language, overrides in self.languages.items()}
         for language, overrides in self.languages.items():
             if language not in served:
                 raise ValueError(f"[languages.{language}]: {language!r} is not served here; "

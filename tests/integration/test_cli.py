@@ -229,6 +229,18 @@ def test_run_honours_the_config_file_and_memory_flag(docker_ready, tmp_path, ins
     assert b"ceiling of 300 MB for python ([languages.python] max_memory_mb)" in result.stderr
 
 
+def test_per_language_variables_reach_languages_named_in_capitals(docker_ready, tmp_path, instance):
+    """Environment names are read in lower case: SANDBOX_LANGUAGES__R__... still means `R`."""
+    program = tmp_path / "hello.R"
+    program.write_text("cat('hi\\n')")
+    result = sandbox_cli("run", str(program), "--json",
+                         env={"SANDBOX_INSTANCE": instance, "SANDBOX_LANGUAGES__R__MEMORY_MB": "300",
+                              "SANDBOX_LANGUAGES__D_UT__CPUS": "2"})
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert answer["memory_limit_MB"] == 300 and answer["run_result"]["stdout"] == "hi\n", answer
+
+
 def test_run_explains_what_it_cannot_run(tmp_path):
     notes = tmp_path / "notes.txt"
     notes.write_text("hello")
