@@ -68,15 +68,15 @@ def _parser() -> argparse.ArgumentParser:
 
     images = sub.add_parser("images", parents=[common], help="build or list the language images")
     images_sub = images.add_subparsers(dest="images_command", required=True)
-    build = images_sub.add_parser("build", help="build the base and language images")
+    build = images_sub.add_parser("build", parents=[common], help="build the base and language images")
     build.add_argument("languages", nargs="*",
                        help="only these languages (default: all but the GPU ones, cuda and "
                             "python_gpu, whose image is built only when named)")
     build.add_argument("--jobs", type=int, default=None,
                        help="images built at once (default: 3; Makefile: JOBS=)")
-    images_sub.add_parser("list", help="show each language's image and toolchain version")
+    images_sub.add_parser("list", parents=[common], help="show each language's image and toolchain version")
     export = images_sub.add_parser(
-        "export-rootfs", help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
+        "export-rootfs", parents=[common], help="unpack the language images into DEST for SANDBOX_ROOTFS_DIR "
                               "(the oci backend without Docker)")
     export.add_argument("dest", type=Path, help="folder to write (one subfolder per image)")
     export.add_argument("languages", nargs="*",

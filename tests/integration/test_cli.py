@@ -121,6 +121,17 @@ def test_a_config_file_that_cannot_be_read_is_named_without_a_traceback(tmp_path
         assert f"config file {config} {expected}" in err and "Traceback" not in err, err[-2000:]
 
 
+@pytest.mark.parametrize("command", [("serve",), ("run", "x.py"), ("doctor",), ("config",),
+                                     ("images", "build", "bash"), ("images", "list"),
+                                     ("images", "export-rootfs", "roots", "bash"),
+                                     ("ray", "status")])
+def test_every_command_takes_config_after_it(tmp_path, command):
+    missing = tmp_path / "absent.toml"
+    result = sandbox_cli(*command, "--config", str(missing), timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"config file {missing} does not exist".encode() in result.stderr, result.stderr
+
+
 def test_images_list_and_export_say_what_is_wrong_without_a_traceback(tmp_path):
     result = sandbox_cli("images", "list", env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
     out = result.stdout.decode() + result.stderr.decode()
