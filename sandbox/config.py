@@ -86,7 +86,8 @@ class LanguageOverrides(BaseModel):
     max_memory_mb: int | None = Field(None, ge=16, description="Ceiling on `memory_limit_MB`.")
     max_timeout_s: float | None = Field(
         None, gt=0, description="Ceiling on `compile_timeout` and `run_timeout` (seconds).")
-    cpus: float | None = Field(None, gt=0, description="CPUs each sandbox may use.")
+    # 0.01: the kernel's smallest CPU quota (1 ms per 100 ms period); below it no sandbox starts.
+    cpus: float | None = Field(None, ge=0.01, description="CPUs each sandbox may use.")
     pids_limit: int | None = Field(None, ge=8, description="Processes and threads per sandbox.")
     output_limit_bytes: int | None = Field(None, ge=1024, description="Per-stream output cap.")
 
@@ -245,7 +246,7 @@ class Settings(BaseSettings):
         4096, ge=16, description="Ceiling on memory_limit_MB; a request above it gets a 422.")
     max_timeout_s: float = Field(
         120.0, gt=0, description="Ceiling on compile_timeout and run_timeout (seconds).")
-    cpus: float = Field(1.0, gt=0, description="CPUs each sandbox may use (cgroup quota).")
+    cpus: float = Field(1.0, ge=0.01, description="CPUs each sandbox may use (cgroup quota).")
     pids_limit: int = Field(256, ge=8, description="Processes and threads per sandbox.")
     workdir_size_mb: int = Field(
         256, ge=1,

@@ -84,6 +84,10 @@ def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
     ({"SANDBOX_PORT": "99999"}, (), "port: Input should be less than or equal to 65535"),
     ({}, ("--port", "70000"), "argument --port: 70000 is not a port"),
     ({"SANDBOX_LANGUAGES": "java=3072"}, (), "SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072"),
+    # Below the kernel's smallest CPU quota every sandbox failed to start, at each request.
+    ({"SANDBOX_CPUS": "0.001"}, (), "cpus: Input should be greater than or equal to 0.01"),
+    ({"SANDBOX_LANGUAGES__PYTHON__CPUS": "0.005"}, (),
+     "languages.python.cpus: Input should be greater than or equal to 0.01"),
     ({"SANDBOX_RUNTIMES_DIR": "/nonexistent"}, (), "point SANDBOX_RUNTIMES_DIR"),
     ({"SANDBOX_AUDIT_LOG": "/nonexistent/audit.log"}, (),
      "SANDBOX_AUDIT_LOG: cannot append to /nonexistent/audit.log"),

@@ -113,7 +113,7 @@ def test_an_unknown_language_lists_the_served_ones(config_file):
 
 def test_invalid_values_are_reported_with_their_setting(config_file, monkeypatch):
     config_file("[languages.java]\ncpus = -1\n")
-    with pytest.raises(ConfigError, match=r"languages\.java\.cpus: Input should be greater than 0"):
+    with pytest.raises(ConfigError, match=r"languages\.java\.cpus: Input should be greater than or equal to 0.01"):
         load_settings()
     monkeypatch.setenv("SANDBOX_PORT", "eighty")
     monkeypatch.delenv(CONFIG_ENV)
