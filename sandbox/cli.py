@@ -123,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[args.command](args, settings)
+    except BrokenPipeError:
+        # The reader went away (`sandbox run x.py --json | head`): end as a pipeline's writer
+        # does, quietly. Python's own flush at exit would fail again, so stdout goes nowhere.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except _setting_errors() as exc:
         # A setting that validates but does not work on this host (runtimes_dir without specs,
         # an audit log that cannot be opened, an OCI runtime that is not there): its message

@@ -227,6 +227,22 @@ def test_run_interrupted_by_ctrl_c_exits_130_and_leaves_no_sandbox(docker_ready,
     # The instance fixture then finds no container state, folder or cgroup of this run.
 
 
+def test_run_into_a_pipe_closed_early_ends_quietly(docker_ready, tmp_path, instance):
+    program = tmp_path / "lines.py"
+    program.write_text("for i in range(200000): print(i)")
+    clean = {k: v for k, v in os.environ.items()
+             if not k.startswith("SANDBOX_") or k.startswith("SANDBOX_TESTS_")}
+    # `sandbox run lines.py --json | head -c 1`: the reader is gone before the answer is written.
+    proc = subprocess.Popen([sys.executable, "-m", "sandbox", "run", str(program), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
+                            env={**clean, "SANDBOX_INSTANCE": instance})
+    assert proc.stdout.read(1) == b"{"
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 128 + signal.SIGPIPE, err.decode()[-2000:]
+    assert b"Traceback" not in err and b"BrokenPipeError" not in err, err.decode()[-2000:]
+
+
 def test_run_honours_the_config_file_and_memory_flag(docker_ready, tmp_path, instance):
     config = tmp_path / "sandbox.toml"
     config.write_text("[languages.python]\nmemory_mb = 200\nmax_memory_mb = 300\n")
