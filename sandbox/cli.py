@@ -28,6 +28,13 @@ def _port(text: str) -> int:
     return port
 
 
+def _host(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty, which would serve on every interface; give "
+                                         "an address (127.0.0.1, or 0.0.0.0)")
+    return text.strip()
+
+
 def _parser() -> argparse.ArgumentParser:
     # --config is accepted before or after every command, so `run` and `doctor` see what
     # `serve` would. SUPPRESS: a command's missing --config must not erase one given before it.
@@ -38,7 +45,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     serve = sub.add_parser("serve", parents=[common], help="run the HTTP server")
-    serve.add_argument("--host", help="bind address (default SANDBOX_HOST or 127.0.0.1)")
+    serve.add_argument("--host", type=_host, help="bind address (default SANDBOX_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=_port, help="port (default SANDBOX_PORT or 8080)")
 
     run = sub.add_parser(

@@ -361,6 +361,16 @@ class Settings(BaseSettings):
         description="With an API key set, serve /metrics without it (for a scraper on a trusted "
                     "network). Without an API key /metrics is open anyway.")
 
+    @field_validator("host")
+    @classmethod
+    def _host_given(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            # An empty host makes uvicorn listen on every interface, IPv4 and IPv6.
+            raise ValueError("is empty, which would serve on every interface; give an address "
+                             "(127.0.0.1, or 0.0.0.0 to serve other machines) or unset it")
+        return value
+
     @field_validator("audit_log")
     @classmethod
     def _audit_destination(cls, value: str) -> str:

@@ -83,6 +83,9 @@ def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
 @pytest.mark.parametrize("env, args, expected", [
     ({"SANDBOX_PORT": "99999"}, (), "port: Input should be less than or equal to 65535"),
     ({}, ("--port", "70000"), "argument --port: 70000 is not a port"),
+    # An empty host had uvicorn listen on every interface (0.0.0.0 and ::), key or not.
+    ({"SANDBOX_HOST": ""}, (), "host: is empty, which would serve on every interface"),
+    ({}, ("--host", ""), "argument --host: is empty, which would serve on every interface"),
     ({"SANDBOX_LANGUAGES": "java=3072"}, (), "SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072"),
     # Below the kernel's smallest CPU quota every sandbox failed to start, at each request.
     ({"SANDBOX_CPUS": "0.001"}, (), "cpus: Input should be greater than or equal to 0.01"),
