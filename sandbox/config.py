@@ -453,6 +453,10 @@ class Settings(BaseSettings):
             raise ValueError(f"max_asset_bytes {self.max_asset_bytes} is more than the whole "
                              f"asset store (assets_store_mb {self.assets_store_mb} MiB); lower "
                              f"it or raise assets_store_mb")
+        if self.rootfs_dir is not None and not Path(self.rootfs_dir).is_dir():
+            raise ValueError(f"rootfs_dir {self.rootfs_dir} is not a folder; write it with "
+                             f"`sandbox images export-rootfs {self.rootfs_dir}` or unset "
+                             f"SANDBOX_ROOTFS_DIR")
         if self.assets_folder is not None and not Path(self.assets_folder).is_dir():
             raise ValueError(f"assets_folder {self.assets_folder} is not a folder; create it or "
                              f"unset SANDBOX_ASSETS_FOLDER")

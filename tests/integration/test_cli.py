@@ -92,6 +92,8 @@ def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
     ({"SANDBOX_LANGUAGES__PYTHON__CPUS": "0.005"}, (),
      "languages.python.cpus: Input should be greater than or equal to 0.01"),
     ({"SANDBOX_RUNTIMES_DIR": "/nonexistent"}, (), "point SANDBOX_RUNTIMES_DIR"),
+    # It started, said no image was built, and answered every request a SandboxError.
+    ({"SANDBOX_ROOTFS_DIR": "/nonexistent"}, (), "rootfs_dir /nonexistent is not a folder"),
     ({"SANDBOX_AUDIT_LOG": "/nonexistent/audit.log"}, (),
      "SANDBOX_AUDIT_LOG: cannot append to /nonexistent/audit.log"),
     ({"SANDBOX_BACKEND": "oci", "SANDBOX_OCI_RUNTIME": "/nonexistent/crun"}, (),
