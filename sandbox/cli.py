@@ -179,14 +179,21 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
                     f" (did you mean {close}?)" if close else "")
     from .local_run import oci_folders_problem
 
+    host, port = args.host or settings.host, args.port or settings.port
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:  # uvicorn would only say "Name or service not known"
+        print(f"sandbox serve: cannot serve on host {host!r} (SANDBOX_HOST or --host): "
+              f"{getattr(exc, 'strerror', None) or exc}; give an address of this machine "
+              f"(127.0.0.1, or 0.0.0.0 for every interface)", file=sys.stderr)
+        return 2
     app = create_app(settings)
     # Checked here: failing in the server's start-up would be a traceback from its lifespan.
     problem = oci_folders_problem(settings, app.state.services.engine.backend)
     if problem:
         print(f"sandbox serve: {problem}", file=sys.stderr)
         return 2
-    uvicorn.run(app, host=args.host or settings.host,
-                port=args.port or settings.port, log_level="info", loop=EVENT_LOOP,
+    uvicorn.run(app, host=host, port=port, log_level="info", loop=EVENT_LOOP,
                 timeout_keep_alive=KEEP_ALIVE_S,
                 access_log=False)  # a log line per request costs more than the request's HTTP
     return 0

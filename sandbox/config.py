@@ -395,6 +395,10 @@ class Settings(BaseSettings):
     @field_validator("api_key")
     @classmethod
     def _long_enough_keys(cls, value: SecretStr) -> SecretStr:
+        if value.get_secret_value().strip() and not _split_keys(value):
+            # Commas or blanks alone: meant as a key, it would leave every endpoint open.
+            raise ValueError("holds no key (only commas or blanks); set a key, or unset it "
+                             "to need none")
         for key in _split_keys(value):
             if len(key) < MIN_API_KEY_CHARS:
                 # The key itself is never part of the message (it may end up in a log).

@@ -86,6 +86,8 @@ def test_a_server_refuses_to_start_with_a_typo_in_its_config_file(tmp_path):
     # An empty host had uvicorn listen on every interface (0.0.0.0 and ::), key or not.
     ({"SANDBOX_HOST": ""}, (), "host: is empty, which would serve on every interface"),
     ({}, ("--host", ""), "argument --host: is empty, which would serve on every interface"),
+    ({"SANDBOX_HOST": "no-such-host.invalid"}, (),
+     "cannot serve on host 'no-such-host.invalid' (SANDBOX_HOST or --host)"),
     ({"SANDBOX_LANGUAGES": "java=3072"}, (), "SANDBOX_LANGUAGES__JAVA__MEMORY_MB=3072"),
     # Below the kernel's smallest CPU quota every sandbox failed to start, at each request.
     ({"SANDBOX_CPUS": "0.001"}, (), "cpus: Input should be greater than or equal to 0.01"),

@@ -95,6 +95,15 @@ def test_short_api_key_is_refused_without_echoing_it():
     assert Settings().api_keys == []
 
 
+@pytest.mark.parametrize("blank", [",,,", " , "])
+def test_an_api_key_of_commas_alone_is_refused_not_taken_as_none(blank):
+    # Meant as a key, it would have left every endpoint open.
+    with pytest.raises(ValidationError) as caught:
+        Settings(api_key=blank)
+    assert "holds no key" in str(caught.value)
+    assert Settings(api_key="").api_keys == [] and Settings(api_key="  ").api_keys == []
+
+
 def test_metrics_need_the_key_unless_metrics_public():
     guarded = TestClient(create_app(Settings(api_key=KEY, audit_log="off")))
     assert guarded.get("/metrics").status_code == 401
