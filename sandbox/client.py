@@ -500,6 +500,17 @@ class AsyncSandboxClient(_ClientBase):
         super().__init__(endpoints, **options)
         self._http = httpx.AsyncClient(**self._http_options)
         self._slots = asyncio.BoundedSemaphore(self.max_concurrency)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the one _http and _slots are for
+
+    def _for_this_loop(self) -> None:
+        """httpx's client and asyncio's semaphore belong to the event loop they first ran on: a
+        trainer that calls asyncio.run() per step (one loop each) gets fresh ones, instead of
+        'Event loop is closed' at its second step."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and loop is not self._loop:
+            self._http = httpx.AsyncClient(**self._http_options)
+            self._slots = asyncio.BoundedSemaphore(self.max_concurrency)
+        self._loop = loop
 
     async def run_code(self, code: str, language: str, *, stdin: str | None = None,
                        compile_timeout: float = 10, run_timeout: float = 10,
@@ -529,6 +540,7 @@ class AsyncSandboxClient(_ClientBase):
 
     async def _send(self, request: _Request) -> tuple[_Endpoint, Any]:
         """The endpoint that answered and its parsed answer (None for a 204)."""
+        self._for_this_loop()
         async with self._slots:
             call = _Call(self, request)
             while True:
@@ -547,7 +559,10 @@ class AsyncSandboxClient(_ClientBase):
                 await asyncio.sleep(outcome.delay)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._loop is None or asyncio.get_running_loop() is self._loop:
+            await self._http.aclose()
+        # else its connections belong to an earlier step's event loop, which cannot close them
+        # any more: they are dropped with the client.
 
     async def __aenter__(self) -> AsyncSandboxClient:
         return self

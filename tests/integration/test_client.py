@@ -72,6 +72,20 @@ def test_async_run_code_returns_each_programs_output(two_servers):
     assert [r.run_result.stdout for r in results] == [f"{i * 2}\n" for i in range(8)]
 
 
+def test_one_async_client_serves_a_trainer_that_runs_a_loop_per_step(two_servers):
+    # asyncio.run() per reward step, one client kept across steps: each step's loop is new.
+    client = AsyncSandboxClient(two_servers, max_concurrency=4)
+
+    async def step(i: int) -> list[str]:
+        answers = await asyncio.gather(*(client.run_code("print(int(input()) + 1)", "python",
+                                                         stdin=str(i + j)) for j in range(3)))
+        return [a.run_result.stdout for a in answers]
+
+    for i in range(3):
+        assert asyncio.run(step(i)) == [f"{i + j + 1}\n" for j in range(3)]
+    asyncio.run(client.aclose())
+
+
 def _max_overlap(intervals: list[tuple[float, float]]) -> int:
     events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     running = peak = 0
