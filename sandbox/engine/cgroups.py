@@ -372,22 +372,24 @@ def cap_instance_pids(parent: str, share: float = HOST_PIDS_SHARE) -> int | None
         return None
     limit = max(1024, int(total * share))
     tops = _job_hierarchies()
-    if tops == [CGROUP_ROOT]:
-        folder = f"{CGROUP_ROOT}{parent}"
-        if not os.path.isdir(folder):
-            os.mkdir(folder)
-        with contextlib.suppress(OSError):  # enabled already, or not ours to enable
-            _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
-        with contextlib.suppress(OSError):
-            _write(f"{folder}/cgroup.subtree_control", b"+cpu +memory +pids")
-    else:
-        tops = [top for top in tops if "pids" in top.name.split(",")]
-        if not tops:
-            return None
-        folder = f"{tops[0]}{parent}"
-        os.makedirs(folder, exist_ok=True)
+    v2 = tops == [CGROUP_ROOT]
+    pids_tops = tops if v2 else [top for top in tops if "pids" in top.name.split(",")]
+    if not pids_tops:
+        return None
+    folder = f"{pids_tops[0]}{parent}"
+    os.makedirs(folder, exist_ok=True)
+    if v2:
+        _enable_v2_controllers(folder)
     _write(f"{folder}/pids.max", str(limit).encode())
     return limit
+
+
+def _enable_v2_controllers(parent: str) -> None:
+    """cgroup v2: the controllers a sandbox's cgroup sets limits with, for ``parent``'s
+    children (enabled at the root first)."""
+    for folder in (CGROUP_ROOT, parent):
+        with contextlib.suppress(OSError):  # enabled already, or not ours to enable
+            _write(f"{folder}/cgroup.subtree_control", b"+cpu +memory +pids")
 
 
 class JobCgroup:
@@ -411,10 +413,7 @@ class JobCgroup:
             parent = os.path.dirname(self.folders[0])
             if not os.path.isdir(parent):
                 os.mkdir(parent)
-                with contextlib.suppress(OSError):  # enabled already, or not ours to enable
-                    _write(CGROUP_ROOT / "cgroup.subtree_control", b"+cpu +memory +pids")
-                with contextlib.suppress(OSError):
-                    _write(f"{parent}/cgroup.subtree_control", b"+cpu +memory +pids")
+                _enable_v2_controllers(parent)
         made = []
         try:
             for folder in self.folders:

@@ -50,6 +50,12 @@ def _decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+
+def _assert_marker(ev: Evaluation) -> str | None:
+    """The marker a Python assert test writes once its assertions ran (other languages' assert
+    tests are judged by exit status alone)."""
+    return ev.assert_marker if ev.job.spec.language == "python" else None
+
 class Judge:
     def __init__(self, engine: Engine, max_parallel: int = 1) -> None:
         self.engine = engine
@@ -79,8 +85,7 @@ class Judge:
                 continue
             # Each assert test is its own program beside the submission.
             name = f"assert_{index}{_suffix(job.spec.source)}"
-            marker = ev.assert_marker if job.spec.language == "python" else None
-            files[name] = assert_program(job.code, test.assert_code, marker).encode()
+            files[name] = assert_program(job.code, test.assert_code, _assert_marker(ev)).encode()
             argvs.append([name if part == job.spec.source else part for part in job.spec.run])
         job = dataclasses.replace(job, files=files)
 
@@ -240,8 +245,9 @@ class Judge:
         """The test's outcome, and whether it ran cleanly (exit 0, within every limit)."""
         preview = ev.preview_bytes
         ended_early = False
-        if test.assert_code is not None and ev.job.spec.language == "python":
-            line = marker_line(ev.assert_marker)
+        marker = _assert_marker(ev)
+        if test.assert_code is not None and marker is not None:
+            line = marker_line(marker)
             at = run.stdout.rfind(line)
             if at >= 0:
                 run = dataclasses.replace(run, stdout=run.stdout[:at] + run.stdout[at + len(line):])

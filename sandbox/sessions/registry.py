@@ -116,7 +116,7 @@ class SessionRegistry:
         parent = self.get(session_id)
         async with parent.lock:  # the call in flight, if any, is part of the state
             history = list(parent.history)
-            if parent.stateful and parent.unforkable:
+            if parent.unforkable:  # only a session that replays is ever unforkable
                 raise NotForkable(f"session {parent.id} cannot be forked: {parent.unforkable}")
         child = await self.create(parent.spec, parent.limits, parent.idle_timeout_s,
                                   parent.max_lifetime_s, parent.files, parent.with_agent,

@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from sandbox.api import create_app
 from sandbox.config import Settings
 from sandbox.engine.backends.docker import LABEL_INSTANCE, LABEL_MANAGED
+from ..conftest import require_oci
 from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -51,14 +52,10 @@ def test_startup_sweeps_leftover_containers(docker_ready):
 
 def test_startup_sweeps_leftover_oci_work_directories(docker_ready):
     from sandbox.engine.backends.host import _mount_tmpfs
-    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
 
+    require_oci()
     instance = f"sweep-{uuid.uuid4().hex[:8]}"
     settings = Settings(instance=instance, backend="oci")
-    try:
-        choose_backend(settings)
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
     stale = settings.run_dir / instance / "deadbeef0000" / "work"
     stale.mkdir(parents=True)
     _mount_tmpfs(stale, "size=1m")
@@ -302,15 +299,11 @@ def test_prune_removes_only_roots_nothing_uses(docker_ready, tmp_path):
 def test_the_instances_sandboxes_hold_a_bounded_share_of_the_hosts_process_ids(docker_ready):
     """Each sandbox has its own pids limit, but sessions live long: together they must not be
     able to take every process id of the host (1,004 sessions x 256 > kernel.pid_max 32,768)."""
-    from sandbox.engine.backends.select import BackendUnavailable, choose_backend
     from sandbox.engine.cgroups import CGROUP_ROOT, HOST_PIDS_SHARE, host_pids
 
+    require_oci()
     instance = f"pids-{uuid.uuid4().hex[:8]}"
     settings = Settings(instance=instance, backend="oci")
-    try:
-        choose_backend(settings)
-    except BackendUnavailable as exc:
-        pytest.skip(str(exc))
     top = CGROUP_ROOT / "pids" if (CGROUP_ROOT / "pids").is_dir() else CGROUP_ROOT
     parent = top / f"llm-sandbox-{instance}"
     with TestClient(create_app(settings)) as http:
