@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -85,7 +86,22 @@ def server_run_dir(url: str) -> Path:
     return Path(f"/proc/{pid}/root") / Settings().run_dir.relative_to("/")
 
 
+# Ports handed to a server that binds them seconds later come from below the kernel's
+# ephemeral range (32768-60999 by default): a port there that was free a moment ago can go to
+# any process's outgoing connection or bind(0) meanwhile (Ray's processes make dozens; Serve's
+# proxy once failed to bind one in CI). 20000 and up also stays clear of Ray's worker ports
+# (10002-19999).
+_QUIET_PORTS = range(20000, 32768)
+
+
 def _free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    for port in random.sample(_QUIET_PORTS, 50):
+        with socket.socket(socket.AF_INET, kind) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
