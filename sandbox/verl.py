@@ -132,6 +132,11 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any,
         # raising would end the trainer's whole step.
         log.error("compute_score: ground_truth is not JSON (%s); scored 0", exc)
         return 0.0
+    if isinstance(in_outs, dict) and isinstance(in_outs.get("assert_case"), list):
+        # Assert-only test data (MBPP, HumanEval style): verl's compute_score gives each assert
+        # an empty stdin and no expected output.
+        asserts = in_outs["assert_case"]
+        in_outs = {"inputs": [""] * len(asserts), "outputs": [None] * len(asserts), **in_outs}
     language = (extra_info or {}).get("language", language)
     results, _ = check_correctness(sandbox_url, in_outs, extract_code(solution_str), timeout,
                                    memory_limit_mb, language)

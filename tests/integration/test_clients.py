@@ -133,6 +133,11 @@ def test_check_correctness_function_call_and_bad_input(server):
     # A sample whose ground truth is not JSON scores 0 (as verl's own compute_score) instead of
     # raising out of the trainer's reward step.
     assert compute_score("leetcode", answer, '{"inputs": ["1"', sandbox_url=server) == 0.0
+    # Assert-only test data (verl's compute_score fills in empty inputs and outputs).
+    asserts = {"assert_case": ["assert append([], 1) == [1]", "assert append([2], 3) == [2, 3]"]}
+    assert compute_score("mbpp", answer, json.dumps(asserts), sandbox_url=server) == 1.0
+    asserts["assert_case"].append("assert append([], 0) == []")
+    assert compute_score("mbpp", answer, asserts, sandbox_url=server, continuous=True) == 2 / 3
 
 
 def test_verl_reward_file_loads_the_way_verl_loads_it(server):
