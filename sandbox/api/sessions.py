@@ -144,6 +144,10 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
         session = sessions.get(req.session_id)
     except NotOwned as exc:
         return await _elsewhere(request, req.session_id, exc.replica, services)
+    if session.wire is not None:  # an E2B sandbox: its calls carry its access token (envd)
+        return JSONResponse(status_code=409, content={"detail": (
+            f"session {session.id} is an E2B sandbox: run code in it through its E2B API, "
+            f"with its access token; /run_code runs in sessions made by POST /v1/sessions")})
     note_run_request(request, req)
     job = _session_job(req, session, services.registry, services.settings, services.assets)
     started = time.perf_counter()

@@ -2,13 +2,14 @@
 
 Every path component is opened relative to its parent with O_NOFOLLOW, so a symlink the
 program made can never lead the (privileged) server outside the work directory; only
-regular files are read, and FIFOs cannot block the reader. Paths were already confined
-(``paths.confine``): relative, no '..'.
+regular files are read or written, and a FIFO blocks neither the reader nor the writer.
+Paths were already confined (``paths.confine``): relative, no '..'.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
@@ -47,9 +48,18 @@ def write_files(root: Path, files: dict[str, bytes], uid: int | None = None,
                 continue
         mode = 0o755 if relpath in executables else 0o644
         with _parent_fd(root, relpath, create=True, uid=uid) as (dir_fd, name):
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         mode, dir_fd=dir_fd)
+            # O_NONBLOCK: a FIFO a session's program left at this name would hold the open
+            # until something reads it (the server's event loop with it); refused instead.
             try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                             | os.O_NONBLOCK | os.O_CLOEXEC, mode, dir_fd=dir_fd)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # a FIFO nobody reads (or a socket)
+                    raise _not_regular(relpath) from None
+                raise
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise _not_regular(relpath)
                 os.fchmod(fd, mode)
                 if uid is not None:
                     os.fchown(fd, uid, uid)
@@ -58,6 +68,11 @@ def write_files(root: Path, files: dict[str, bytes], uid: int | None = None,
                     view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
+
+
+def _not_regular(relpath: str) -> OSError:
+    return OSError(errno.EEXIST, f"{relpath!r} exists in the work directory and is not a regular "
+                                 f"file (a FIFO or a socket the program made): not written")
 
 
 def read_files(root: Path, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]:

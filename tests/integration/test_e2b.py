@@ -558,6 +558,15 @@ def test_the_data_plane_wants_the_sandboxs_own_token(sbx, url):
                                data=envelope({"process": {"cmd": "/bin/cat", "args": ["private.txt"]}}),
                                timeout=scaled(30))
         assert stream.status_code == 401 and "mine" not in stream.text
+        # Nor through SandboxFusion's /run_code with the sandbox's id as a session id (the
+        # server's key, not the sandbox's token): it ran a program over the sandbox's work
+        # directory (read private.txt, left its main.py there).
+        ran = requests.post(f"{url}/run_code", headers={"X-API-Key": API_KEY}, json={
+            "code": "print(open('private.txt').read())", "language": "python",
+            "session_id": sbx.sandbox_id}, timeout=scaled(30))
+        assert ran.status_code == 409 and "access token" in ran.json()["detail"], ran.text
+        assert "mine" not in ran.text
+        assert [entry.name for entry in sbx.files.list("/home/user")] == ["private.txt"]
     finally:
         other.kill()
 

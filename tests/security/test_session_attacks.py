@@ -4,6 +4,7 @@ session's own limits. Every test asserts the attack failed and the server still 
 
 from __future__ import annotations
 
+import base64
 import time
 from pathlib import Path
 
@@ -113,3 +114,21 @@ def test_session_memory_cap_covers_the_whole_session(oci_server):
         assert more["oom_killed"] is True and more["session_restarted"] is True
     finally:
         requests.delete(f"{oci_server}/v1/sessions/{session}", timeout=TIMEOUT)
+
+
+def test_a_fifo_left_in_the_work_directory_cannot_hold_the_server(oci_server, session):
+    """Files into a session: a cell leaves a FIFO where the next call sends a file. The server
+    opened it to write and waited for a reader, on its event loop: every request of every
+    client hung until something read the FIFO. Now the call is refused, naming the file, and
+    the server (and the session) answer at once."""
+    call(oci_server, session, "import os\nos.mkfifo('data.txt')\nos.mkfifo('big.txt')")
+    started = time.monotonic()
+    for name, size in (("data.txt", 5), ("big.txt", 1 << 20)):  # inline, and in a thread
+        answer = requests.post(f"{oci_server}/run_code", timeout=30, json={
+            "code": "print('ran')", "language": "python", "session_id": session,
+            "files": {name: base64.b64encode(b"x" * size).decode()}})
+        assert answer.status_code in (200, 503), answer.text
+        assert "ran" not in answer.text and name in answer.text and "FIFO" in answer.text, answer.text
+    assert time.monotonic() - started < 20
+    assert requests.get(f"{oci_server}/v1/ping", timeout=5).json() == "pong"
+    assert call(oci_server, session, "print('next call fine')")["run_result"]["stdout"] == "next call fine\n"
