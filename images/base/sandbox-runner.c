@@ -26,8 +26,8 @@
  * deadline; stdin, stdout and stderr are anonymous in-memory files (no name another test or
  * process could open), output is capped with RLIMIT_FSIZE (a write past the cap gets SIGXFSZ),
  * and between tests every other process in the sandbox is killed, /tmp and /dev/shm are
- * emptied and System V IPC objects removed, so nothing one test leaves behind reaches the
- * next. The runner never sees expected outputs: verdicts are decided by the server from what
+ * emptied and System V IPC objects and POSIX message queues removed, so nothing one test
+ * leaves behind reaches the next. The runner never sees expected outputs: verdicts are decided by the server from what
  * is reported here.
  *
  * The runner is not dumpable (the program, same uid, cannot reach its fds or memory through
@@ -46,7 +46,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -359,26 +358,56 @@ static int zygote_report(long wait_ms, char *line, size_t cap) {
     }
 }
 
-static int open_up(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-    (void)ftw;
-    if (type == FTW_D || type == FTW_DNR) chmod(path, (st->st_mode & 07777) | S_IRWXU);
-    return 0;
+#define EMPTY_DEPTH 32 /* folders open at once while emptying; deeper ones move up first */
+
+/* Remove everything in the folder open at dir_fd, whatever a test did to it: a folder it made
+ * unreadable is opened up before it is entered (at any depth), and a tree deeper than
+ * EMPTY_DEPTH has its deep part moved up to `top` (a later pass removes it), so neither
+ * descriptors nor PATH_MAX run out. */
+static void empty_at(int dir_fd, int top, int depth, unsigned long *moved) {
+    DIR *dir = fdopendir(dir_fd);
+    if (!dir) {
+        close(dir_fd);
+        return;
+    }
+    struct dirent *entry;
+    while ((entry = readdir(dir))) {
+        const char *name = entry->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, "..")) continue;
+        if (unlinkat(dirfd(dir), name, 0) == 0) continue;
+        if (errno != EISDIR) continue;
+        if (depth >= EMPTY_DEPTH) {
+            char up[32];
+            snprintf(up, sizeof up, ".runner-deep-%lu", (*moved)++);
+            renameat(dirfd(dir), name, top, up);
+            continue;
+        }
+        fchmodat(dirfd(dir), name, S_IRWXU, 0);
+        int child = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (child >= 0) empty_at(child, top, depth + 1, moved);
+        unlinkat(dirfd(dir), name, AT_REMOVEDIR);
+    }
+    closedir(dir);
 }
 
-static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *ftw) {
-    (void)st;
-    if (ftw->level == 0) return 0; /* keep the mount point itself */
-    if (type == FTW_DP || type == FTW_D) rmdir(path);
-    else unlink(path);
-    return 0;
-}
-
-/* Empty a scratch folder, even of folders the last test made unreadable. */
+/* Empty a scratch folder (kept itself: a mount point), even of folders the last test made
+ * unreadable or nested past PATH_MAX. */
 static void empty_folder(const char *path) {
-    nftw(path, open_up, 16, FTW_PHYS | FTW_MOUNT);
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+    unsigned long moved = 0;
+    for (int pass = 0; pass < 100000; pass++) {
+        int top = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (top < 0) return;
+        int again = dup(top);
+        if (again < 0) {
+            close(top);
+            return;
+        }
+        unsigned long before = moved;
+        empty_at(again, top, 0, &moved);
+        close(top);
+        if (moved == before) return; /* nothing moved up: a pass more would change nothing */
+    }
 }
-
 
 #ifndef SHM_STAT_ANY /* Linux 4.17: the entry whatever its permissions (a test may chmod it 000) */
 #define SHM_STAT_ANY 15
@@ -581,6 +610,7 @@ static int run_test(const char *header) {
     remove_ipc();
     empty_folder("/tmp");
     empty_folder("/dev/shm");
+    empty_folder("/dev/mqueue"); /* POSIX message queues (mounted for the runner's sandbox) */
 
     int files_ok = 1;
     if (nfiles > 0 && mkdir("/tmp/judge", 0700) < 0) files_ok = 0;

@@ -379,6 +379,29 @@ def test_system_v_ipc_does_not_reach_the_next_test(evaluate):
     assert verdicts(result) == ["accepted"] * 6, result
 
 
+def test_scratch_folders_and_message_queues_are_empty_for_every_test(evaluate):
+    """What a test leaves in /tmp and /dev/shm is removed before the next, even folders it
+    made unreadable two levels deep (the runner opened up one level only) or nested past
+    PATH_MAX, and so are its POSIX message queues (they outlive their process in the
+    sandbox's IPC namespace): later tests saw all three."""
+    code = ("import ctypes, os\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "seen = [p for p in ('/tmp/a', '/dev/shm/a', '/tmp/deep') if os.path.lexists(p)]\n"
+            "if libc.mq_open(b'/left', os.O_RDONLY) >= 0:\n    seen.append('mqueue')\n"
+            "print(seen)\n"
+            "for top in ('/tmp', '/dev/shm'):\n"
+            "    os.makedirs(top + '/a/b/c')\n"
+            "    open(top + '/a/b/c/f', 'w').write('left')\n"
+            "    os.chmod(top + '/a/b', 0)\n    os.chmod(top + '/a', 0)\n"
+            "os.chdir('/tmp')\n"
+            "for _ in range(2100):\n    os.mkdir('deep' if _ == 0 else 'd')\n"
+            "    os.chdir('deep' if _ == 0 else 'd')\n"
+            "open('f', 'w').write('left')\n"
+            "assert libc.mq_open(b'/left', os.O_CREAT | os.O_RDWR, 0o600, None) >= 0\n")
+    result = evaluate(code, "python", [{"expected_output": "[]"}] * 4)
+    assert verdicts(result) == ["accepted"] * 4, result
+
+
 def test_one_tests_crash_does_not_touch_the_next(evaluate):
     code = ("import os\nt = input()\n"
             "if t == 'boom':\n    x = []\n    while True: x.append(bytearray(1 << 20))\nprint(t)")

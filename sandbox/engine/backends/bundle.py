@@ -19,6 +19,11 @@ MASKED_PATHS = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/pro
                 "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi",
                 "/sys/firmware"]
 READONLY_PATHS = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
+# POSIX message queues of the sandbox's IPC namespace, as a folder: sandbox-runner empties it
+# between tests (a queue outlives its process, as a file in /tmp does). Only the runner's
+# sandboxes have it: a warm template's would show its own namespace's queues to every child.
+MQUEUE_MOUNT = {"destination": "/dev/mqueue", "type": "mqueue", "source": "mqueue",
+                "options": ["nosuid", "noexec", "nodev"]}
 
 
 def bundle_config(args: Sequence[str], *, rootfs: Path, env: list[str], limits: Limits,

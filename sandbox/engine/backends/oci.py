@@ -44,7 +44,7 @@ from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish
 from ..spawn import spawn
 from ..gpu import NOT_CHECKED, GpuAccess
 from .base import SANDBOX_UID, BackendError, CpuStarved, GpuUnavailable, SandboxUnavailable
-from .bundle import bundle_config, template_config
+from .bundle import MQUEUE_MOUNT, bundle_config, template_config
 from .oci_live import LiveProcess
 from .oci_status import parse_status, read_status, wait_exit
 from .host import (GPU_ROOT, _mount_overlay, _mount_tmpfs, _on_tmpfs, _swap_accounting,
@@ -300,7 +300,7 @@ class OciSandbox:
         memory is measured per test."""
         proc, ours, name, cgroups_path = await self.start_container(
             [RUNNER, "--deadline-ms", str(int((budget_s + BACKSTOP_GRACE_S) * 1000)),
-             "--channel-fd", "3"], workdir_writable=False)
+             "--channel-fd", "3"], workdir_writable=False, extra_mounts=[MQUEUE_MOUNT])
         self._running_cpu = CgroupCpu(cgroups_path)
         diagnostics = CappedBuffer(16 << 10)
 
