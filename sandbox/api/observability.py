@@ -52,7 +52,7 @@ EXECUTION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10
                      60.0, 120.0)
 # crun starts one in ~10 ms; a cold `docker create` + start takes ~0.3 s, more under load.
 START_BUCKETS = (0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-ERROR_KINDS = ("sandbox_unavailable", "image_missing", "backend_error", "overloaded",
+ERROR_KINDS = ("sandbox_unavailable", "image_missing", "backend_error", "overloaded", "files_refused",
                "invalid_request", "request_too_large", "unauthorized", "internal_error")
 UNKNOWN_LANGUAGE = "unknown"  # label for a language this server does not serve (bounded labels)
 _ERROR_BODY_KEEP = 2048        # bytes of a 4xx/5xx body kept to quote its `detail` in the audit

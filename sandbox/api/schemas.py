@@ -84,8 +84,8 @@ class CommandRunResult(BaseModel):
 # errors"). Every kind but language_unavailable is `retryable`: another try, later or on
 # another server, can succeed, and a trainer masks the sample instead of scoring it.
 ErrorKind = Literal["sandbox_unavailable", "image_missing", "backend_error", "checker_error",
-                    "overloaded", "language_unavailable"]
-NOT_RETRYABLE = frozenset({"language_unavailable"})
+                    "overloaded", "language_unavailable", "files_refused"]
+NOT_RETRYABLE = frozenset({"language_unavailable", "files_refused"})
 
 
 class RunCodeResponse(BaseModel):

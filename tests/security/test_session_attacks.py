@@ -129,6 +129,9 @@ def test_a_fifo_left_in_the_work_directory_cannot_hold_the_server(oci_server, se
             "files": {name: base64.b64encode(b"x" * size).decode()}})
         assert answer.status_code in (200, 503), answer.text
         assert "ran" not in answer.text and name in answer.text and "FIFO" in answer.text, answer.text
+        # The program's doing: the same call fails again, so no client should retry it.
+        assert answer.json()["error_kind"] == "files_refused", answer.text
+        assert answer.json()["retryable"] is False, answer.text
     assert time.monotonic() - started < 20
     assert requests.get(f"{oci_server}/v1/ping", timeout=5).json() == "pong"
     assert call(oci_server, session, "print('next call fine')")["run_result"]["stdout"] == "next call fine\n"

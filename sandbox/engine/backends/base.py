@@ -9,6 +9,8 @@ Error tree (what the engine catches; backend-library errors never cross this bou
     +-- SandboxEndedByProgram the program destroyed its own sandbox (Docker backend: it can
                               signal the test runner and the container's init)
     +-- CpuStarved            a run starved of its guaranteed CPU share until the backstop
+    +-- FilesRefused          a request's file cannot go where a session's program put a link,
+                              a FIFO or a folder (not retryable: the same call fails again)
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class CpuStarved(BackendError):
     (``deadline.FairDeadline``): no verdict on the program."""
 
     kind = "overloaded"
+
+
+class FilesRefused(BackendError):
+    kind = "files_refused"
 
 
 class GpuUnavailable(BackendError):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -43,7 +44,8 @@ from ..output import CappedBuffer
 from ..runner_protocol import RUNNER, RunnerGone, StreamChannel, TestRun, finish, run_one
 from ..spawn import spawn
 from ..gpu import NOT_CHECKED, GpuAccess
-from .base import SANDBOX_UID, BackendError, CpuStarved, GpuUnavailable, SandboxUnavailable
+from .base import (SANDBOX_UID, BackendError, CpuStarved, FilesRefused, GpuUnavailable,
+                   SandboxUnavailable)
 from .bundle import MQUEUE_MOUNT, bundle_config, template_config
 from .oci_live import LiveProcess
 from .oci_status import parse_status, read_status, wait_exit
@@ -65,6 +67,9 @@ BACKSTOP_GRACE_S = 3.0
 # hundreds of processes take up to seconds to die on a full machine, and its client is waiting.
 ANSWER_AFTER_KILL_S = 0.2
 INLINE_IO_BYTES = 256 << 10  # writes up to this size are done on the event loop
+# A request's file refused by what a session's program left at its path (safe_files): a link
+# (ELOOP, ENOTDIR), a FIFO or socket (EEXIST), a folder (EISDIR).
+_IN_THE_WAY = frozenset({errno.ELOOP, errno.ENOTDIR, errno.EEXIST, errno.EISDIR})
 RUNTIME_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 
@@ -102,6 +107,8 @@ class OciSandbox:
                 await asyncio.to_thread(safe_files.write_files, self.workdir, files, SANDBOX_UID,
                                         executables)
         except OSError as exc:
+            if exc.errno in _IN_THE_WAY:
+                raise FilesRefused(f"could not write files into the sandbox: {exc}") from exc
             raise BackendError(f"could not write files into the sandbox: {exc}") from exc
 
     async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]:
