@@ -242,6 +242,17 @@ def test_python_scientific_packages(run):
     assert_ran(run(code, "python"), "6 {2: 2, 3: 1} 2\n")
 
 
+def test_python_matplotlib_saves_a_figure_and_says_nothing_on_stderr(run):
+    # Its config folder was a read-only one in the image: every import warned on stderr that
+    # it was not writable (a data-analysis tool call's answer carried the warning).
+    code = ("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\n"
+            "plt.savefig('plot.png')\nprint(open('plot.png', 'rb').read(4))")
+    result = run(code, "python", fetch_files=["plot.png"])
+    assert_ran(result, "b'\\x89PNG'\n")
+    assert result["run_result"]["stderr"] == "", result["run_result"]["stderr"]
+    assert base64.b64decode(result["files"]["plot.png"])[:4] == b"\x89PNG"
+
+
 def test_sql_database_file(run, tmp_path):
     import sqlite3
 
