@@ -135,6 +135,20 @@ SEMANTICS = {
                              "threading.Thread(target=spin, daemon=True).start()\n"
                              "time.sleep(0.05)\nprint('main')",
     "unclosed_files": "f = open('out.txt', 'w')\nf.write('never closed')\nprint('done')",
+    # What goes wrong while the program's objects are finalized at exit is shown as interpreter
+    # exit shows it, with no caller beneath: a finalizer's traceback without source lines (io
+    # cannot be imported then), an error of no Python frame without a traceback, a warning
+    # from "<sys>:0", none of them naming the template's code.
+    "finalizer_error_at_exit": "class Closer:\n    def __repr__(self):\n        return 'Closer()'\n"
+                               "    def __call__(self, *args):\n"
+                               "        raise RuntimeError('cannot close')\n"
+                               "class Resource:\n    __del__ = Closer()\nresource = Resource()\n"
+                               "print('main')",
+    "flush_error_at_exit": "import os\nr, w = os.pipe()\nf = os.fdopen(w, 'wb')\nos.close(r)\n"
+                           "f.write(b'never read')\nprint('main')",
+    "resource_warning_at_exit": "import warnings\nwarnings.simplefilter('default')\n"
+                                "f = open('/etc/hostname')\ndel f\ng = open('/etc/hostname')\n"
+                                "print('main')",
     "finalizer_with_sys_exit": "import sys\nclass A:\n    def __del__(self):\n"
                                "        print('del', sys.argv, sys.stdout is sys.__stdout__)\n"
                                "a = A()\nimport io\nsys.stdout = io.StringIO()\nsys.exit(2)",
