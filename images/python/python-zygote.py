@@ -226,6 +226,28 @@ def frameless(*calls) -> None:
         steps()
 
 
+def run_exitfuncs(atexit) -> None:
+    """The program's atexit callbacks, run as interpreter exit runs them: the error of one
+    that has no traceback of its own (a C function's, as `atexit.register(sys.exit, 3)`) is
+    shown without one, where the interpreter would give it this frame of ours."""
+    here, hook = sys._getframe(), sys.unraisablehook
+
+    def unraisable(args) -> None:
+        tb = args.exc_traceback
+        if tb is not None and tb.tb_frame is here:
+            tb = tb.tb_next
+            value = args.exc_value.with_traceback(tb) if args.exc_value is not None else None
+            args = type(args)((args.exc_type, value, tb, args.err_msg, args.object))
+        hook(args)
+
+    sys.unraisablehook = unraisable
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        if sys.unraisablehook is unraisable:
+            sys.unraisablehook = hook
+
+
 def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     """In the child: become `python3 argv...` on the test's files, then exit."""
     for target, fd in enumerate(fds):
@@ -264,7 +286,7 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
             pass
     atexit = sys.modules.get("atexit")
     if atexit is not None:
-        atexit._run_exitfuncs()
+        run_exitfuncs(atexit)
     code = flush_stdio(code)
     finalize_main(program)
     code = flush_stdio(code)

@@ -123,6 +123,9 @@ SEMANTICS = {
     "unflushed": "import sys\nsys.stdout.write('no newline')",
     "stderr": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')",
     "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
+    # A C function's error has no traceback: interpreter exit shows none (not a frame of ours).
+    "atexit_c_function_fails": "import atexit\natexit.register(int, 'not a number')\n"
+                               "print('main')",
     # At exit the program's objects are finalized: __del__, a generator's finally, the flush
     # of a file it never closed (fetched after the run). Where several wait, the order they
     # run in is the cycle collector's (cold: a program's import history moves it), not tested.
