@@ -11,8 +11,12 @@ Start-up time matters (once per request): only C modules and what the interprete
 already loaded are imported here.
 """
 
+import _collections
+import _functools
+import _operator
 import _signal
 import _socket
+import _thread
 import _weakref
 import _frozen_importlib_external  # importlib.machinery's loaders, loaded at start-up
 import array
@@ -172,37 +176,76 @@ def flush_stdio(code: int) -> int:
 
 
 def finalize_main(program) -> None:
-    """What interpreter exit does to the program's own objects (CPython's finalize_modules,
-    for ``program``, a weak reference to the program's __main__: the one module of the
-    program's that the template does not also hold): sys's streams restored, the module let go
-    and the cycle collector run, so that the program's __del__ methods, its generators' finally
-    blocks and the flush of a file it wrote and never closed happen as after `python3 script`
-    (then fetched, the file has its content); globals of a module something still holds are set
-    to None as CPython does, underscored names first. Not while another thread runs Python:
-    interpreter exit stops those first, and one would see its globals go. The template's
-    modules stay as they are (clearing them would copy their pages): a program's objects kept
-    in them are not finalized."""
+    """What interpreter exit does to the program's own objects (CPython 3.13's
+    finalize_modules, for ``program``, a weak reference to the program's __main__: the one
+    module of the program's that the template does not also hold): sys's streams restored
+    and the names it clears set to None (sys.meta_path: a finalizer cannot import), every
+    module in sys.modules but sys and builtins replaced by None (a warning raised then still
+    reaches the warnings module, as at exit), the cycle collector run, so that the program's
+    __del__ methods, its generators' finally blocks and the flush of a file it wrote and
+    never closed happen as after `python3 script` (then fetched, the file has its content);
+    globals of a module something still holds are set to None as CPython does, underscored
+    names first. That work runs with no Python frame beneath it (``frameless``), as at exit:
+    an error it raises shows only its own frames, without source lines (io cannot be
+    imported), and a warning comes from "<sys>:0", never from a line of ours. Not while
+    another thread runs Python: interpreter exit stops those first, and one would see its
+    globals go. The template's modules stay as they are (clearing them would copy their
+    pages): a program's objects kept in them are not finalized."""
     if len(sys._current_frames()) > 1:
         return
+    builtins._ = None
     for name in ("path", "argv", "ps1", "ps2", "last_exc", "last_type", "last_value",
-                 "last_traceback"):
+                 "last_traceback", "__interactivehook__", "meta_path"):
         setattr(sys, name, None)
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
-    main = program()
-    if main is not None and sys.modules.get("__main__") is main:
-        del sys.modules["__main__"]
-    del main
-    gc.collect()
+    modules = sys.modules
+    gone = dict.fromkeys(name for name, module in modules.items()
+                         if isinstance(module, types.ModuleType)
+                         and name not in ("sys", "builtins"))
+    frameless(_functools.partial(modules.update, gone), gc.collect)
+    del gone
     if program() is None:
         return
     namespace = program().__dict__
-    for underscored in (True, False):
-        for name in list(namespace):
-            if (isinstance(name, str) and namespace.get(name) is not None and name != "__builtins__"
-                    and (not underscored or (name[:1] == "_" and name[1:2] != "_"))):
-                namespace[name] = None
-    del namespace
-    gc.collect()
+    underscored = dict.fromkeys(name for name in namespace if isinstance(name, str)
+                                and name[:1] == "_" and name[1:2] != "_")
+    rest = dict.fromkeys(name for name in namespace if isinstance(name, str)
+                         and name != "__builtins__")
+    frameless(_functools.partial(namespace.update, underscored),
+              _functools.partial(namespace.update, rest), gc.collect)
+
+
+def frameless(*calls) -> None:
+    """Make each call, on a thread of its own that runs no Python code of ours (the calls
+    are C functions): what they finalize sees no caller, as at interpreter exit, where no
+    frame is left. Where no thread can start (the pids cap), here instead."""
+    steps = _functools.partial(_collections.deque, map(_operator.call, calls), 0)
+    try:
+        _thread.start_joinable_thread(steps).join()
+    except (AttributeError, RuntimeError, MemoryError):
+        steps()
+
+
+def run_exitfuncs(atexit) -> None:
+    """The program's atexit callbacks, run as interpreter exit runs them: the error of one
+    that has no traceback of its own (a C function's, as `atexit.register(sys.exit, 3)`) is
+    shown without one, where the interpreter would give it this frame of ours."""
+    here, hook = sys._getframe(), sys.unraisablehook
+
+    def unraisable(args) -> None:
+        tb = args.exc_traceback
+        if tb is not None and tb.tb_frame is here:
+            tb = tb.tb_next
+            value = args.exc_value.with_traceback(tb) if args.exc_value is not None else None
+            args = type(args)((args.exc_type, value, tb, args.err_msg, args.object))
+        hook(args)
+
+    sys.unraisablehook = unraisable
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        if sys.unraisablehook is unraisable:
+            sys.unraisablehook = hook
 
 
 def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
@@ -243,7 +286,7 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
             pass
     atexit = sys.modules.get("atexit")
     if atexit is not None:
-        atexit._run_exitfuncs()
+        run_exitfuncs(atexit)
     code = flush_stdio(code)
     finalize_main(program)
     code = flush_stdio(code)

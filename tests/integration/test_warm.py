@@ -123,6 +123,9 @@ SEMANTICS = {
     "unflushed": "import sys\nsys.stdout.write('no newline')",
     "stderr": "import sys\nprint('to err', file=sys.stderr)\nprint('to out')",
     "atexit": "import atexit\natexit.register(lambda: print('at exit'))\nprint('main')",
+    # A C function's error has no traceback: interpreter exit shows none (not a frame of ours).
+    "atexit_c_function_fails": "import atexit\natexit.register(int, 'not a number')\n"
+                               "print('main')",
     # At exit the program's objects are finalized: __del__, a generator's finally, the flush
     # of a file it never closed (fetched after the run). Where several wait, the order they
     # run in is the cycle collector's (cold: a program's import history moves it), not tested.
@@ -135,6 +138,20 @@ SEMANTICS = {
                              "threading.Thread(target=spin, daemon=True).start()\n"
                              "time.sleep(0.05)\nprint('main')",
     "unclosed_files": "f = open('out.txt', 'w')\nf.write('never closed')\nprint('done')",
+    # What goes wrong while the program's objects are finalized at exit is shown as interpreter
+    # exit shows it, with no caller beneath: a finalizer's traceback without source lines (io
+    # cannot be imported then), an error of no Python frame without a traceback, a warning
+    # from "<sys>:0", none of them naming the template's code.
+    "finalizer_error_at_exit": "class Closer:\n    def __repr__(self):\n        return 'Closer()'\n"
+                               "    def __call__(self, *args):\n"
+                               "        raise RuntimeError('cannot close')\n"
+                               "class Resource:\n    __del__ = Closer()\nresource = Resource()\n"
+                               "print('main')",
+    "flush_error_at_exit": "import os\nr, w = os.pipe()\nf = os.fdopen(w, 'wb')\nos.close(r)\n"
+                           "f.write(b'never read')\nprint('main')",
+    "resource_warning_at_exit": "import warnings\nwarnings.simplefilter('default')\n"
+                                "f = open('/etc/hostname')\ndel f\ng = open('/etc/hostname')\n"
+                                "print('main')",
     "finalizer_with_sys_exit": "import sys\nclass A:\n    def __del__(self):\n"
                                "        print('del', sys.argv, sys.stdout is sys.__stdout__)\n"
                                "a = A()\nimport io\nsys.stdout = io.StringIO()\nsys.exit(2)",
