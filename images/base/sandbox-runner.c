@@ -336,7 +336,9 @@ static int send_to_zygote(char **args, unsigned long output_limit, int in, int o
     return sendmsg(zygote_sock, &msg, MSG_NOSIGNAL) == (ssize_t)used ? 0 : -1;
 }
 
-/* The zygote's report, waiting at most until left_us from now; 1 read, -1 no report. */
+/* The zygote's report, waiting at most wait_ms: 0 read, -1 none by then (the deadline), -2
+ * none ever (the zygote is gone: its socket reads end-of-file as soon as it dies, before we
+ * can reap it, so a dead zygote must not pass for one still running the test). */
 static int zygote_report(long wait_ms, char *line, size_t cap) {
     size_t used = 0;
     struct timespec since;
@@ -347,14 +349,14 @@ static int zygote_report(long wait_ms, char *line, size_t cap) {
         struct pollfd pfd = {zygote_sock, POLLIN, 0};
         int ready = poll(&pfd, 1, (int)left);
         reap_all(); /* orphans of the test come back to us */
-        if (zygote_sock < 0) return -1;
+        if (zygote_sock < 0) return -2;
         if (ready <= 0) continue;
         ssize_t got = read(zygote_sock, line + used, cap - 1 - used);
-        if (got <= 0) return -1;
+        if (got <= 0) return -2;
         used += (size_t)got;
         line[used] = '\0';
         if (memchr(line, '\n', used)) return 0;
-        if (used >= cap - 1) return -1;
+        if (used >= cap - 1) return -2;
     }
 }
 
@@ -553,7 +555,7 @@ static void run_in_zygote(char **args, char **zargs, unsigned long timeout_ms,
     char line[160];
     long left_ms = (long)timeout_ms - elapsed_us(started) / 1000;
     int got = zygote_report(left_ms > 0 ? left_ms : 0, line, sizeof line);
-    if (got < 0 && zygote_pid != 0 && zygote_sock >= 0) {
+    if (got == -1 && zygote_pid != 0 && zygote_sock >= 0) {
         /* The deadline: kill the test (the zygote then reports it) or a stopped zygote. */
         o->timed_out = 1;
         kill_all();
