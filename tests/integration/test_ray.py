@@ -369,6 +369,18 @@ def test_handle_api_evaluates_a_batch_and_keeps_sessions(cluster, deployed):
     assert ran["in_session"] == ["1\n", "2\n", "3\n"]  # a session keeps its state
 
 
+def test_handle_api_carries_requests_and_answers_past_four_mib(cluster, deployed):
+    """Serve's gRPC path takes 4 MiB a message unless told otherwise: a larger program, stdin,
+    fetched file or batch chunk failed with gRPC's RESOURCE_EXHAUSTED (not one of
+    sandbox.client's exceptions). Now the server's own limit applies, with its 413."""
+    ran = _driver(cluster, "past-four-mib")
+    assert ran["stdin"] == f"{5 << 20}\n"
+    assert ran["fetched"] > 6 << 20  # base64 of 6 MiB
+    assert ran["batch"] == [f"{1 << 20}\n"] * 8
+    status, message = ran["too_large"]
+    assert status == 413 and "SANDBOX_MAX_BODY_BYTES" in message
+
+
 def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffic(
         cluster, deployed, haproxy_in_front, tmp_path):
     """Stateless calls through the handle API, or through HAProxy in front of Serve's proxies,
