@@ -174,6 +174,22 @@ def _runs_counted(metrics: str) -> float:
         r'^sandbox_requests_total\{language="python",status="Success"\} (\S+)$', metrics, re.M))
 
 
+def test_status_and_stop_before_any_deploy_say_so(cluster):
+    """On a cluster where Serve never ran (the first test of the module: `deployed` comes
+    later), `status` and `stop` answer in a sentence, not with Ray Serve's traceback."""
+    def cli(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sandbox", "ray", command, "--address",
+                               cluster[0].address], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=300)
+
+    status = cli("status")
+    assert status.returncode == 1 and "Traceback" not in status.stderr, status.stderr[-3000:]
+    assert "'sandbox' application is not deployed on this Ray cluster" in status.stderr
+    stop = cli("stop")
+    assert stop.returncode == 0 and "Traceback" not in stop.stderr, stop.stderr[-3000:]
+    assert "not deployed here: nothing to delete" in stop.stdout
+
+
 def test_requests_spread_over_every_node_and_each_counts_its_own(cluster, deployed):
     running = _replicas(cluster)
     assert len(running) == 2 and len(set(running.values())) == 2, running  # one per node
