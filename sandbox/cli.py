@@ -282,12 +282,21 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     except ConnectionError as exc:
         return no_cluster(exc)
     if args.ray_command == "stop":
-        sandbox_ray.stop()
-        print("sandbox ray: application deleted")
+        print("sandbox ray: application deleted" if sandbox_ray.stop() else
+              f"sandbox ray: the {sandbox_ray.APP!r} application is not deployed here: "
+              f"nothing to delete")
         return 0
     if args.ray_command == "status":
-        for name, node in sorted(sandbox_ray.replicas().items()):
+        try:
+            running = sandbox_ray.replicas()
+        except sandbox_ray.DeployError as exc:
+            print(f"sandbox ray: {exc}", file=sys.stderr)
+            return 1
+        for name, node in sorted(running.items()):
             print(f"replica {name} on node {node}")
+        if not running:
+            print("sandbox ray: deployed, but no replica is running (starting, or waiting for "
+                  "a node with the 'sandbox' resource)")
         return 0
     # The settings given here (file and environment), as the replicas' own: only those set.
     given = settings.model_dump(exclude_unset=True, exclude={"config", "replica", "instance"})

@@ -33,6 +33,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 try:  # the classic text format by name (newer prometheus-client; Debian's is older)
     from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4 as METRICS_CONTENT_TYPE
@@ -574,6 +575,51 @@ def note_evaluation_result(request: Request, evaluation, result, status: str,
     record.run_s = sum(times) if times else None
 
 
+# On a cluster, the part of /metrics one replica asks of each other one: its own series.
+METRICS_PART = "x-sandbox-metrics-part"
+
+
+class _Families:
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return self.families
+
+
+def _exposition(families: list) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+def label_exposition(text: bytes, replica: str) -> bytes:
+    """Prometheus text with a ``replica`` label on every series."""
+    families = list(text_string_to_metric_families(text.decode()))
+    for family in families:
+        family.samples = [s._replace(labels={**s.labels, "replica": replica})
+                          for s in family.samples]
+    return _exposition(families)
+
+
+def merge_expositions(parts: list[bytes]) -> bytes:
+    """Several replicas' labelled Prometheus text as one (a family's series together, as the
+    format requires). A replica answering twice (standing in for a lost one) counts once."""
+    merged: dict[str, object] = {}
+    seen: set[str] = set()
+    for part in parts:
+        families = list(text_string_to_metric_families(part.decode()))
+        replicas = {s.labels.get("replica") for f in families for s in f.samples}
+        if replicas & seen:
+            continue
+        seen |= replicas
+        for family in families:
+            into = merged.setdefault(family.name, family)
+            if into is not family:
+                into.samples += family.samples
+    return _exposition(list(merged.values()))
+
+
 def install_observability(app: FastAPI, settings: Settings, engine: Engine,
                           languages: Iterable[str], aliases: dict[str, str] | None = None) -> Observability:
     """Add the request-id/audit middleware (call last: it must be the outermost) and /metrics."""
@@ -582,7 +628,18 @@ def install_observability(app: FastAPI, settings: Settings, engine: Engine,
 
     @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics",
              response_class=Response)
-    async def metrics() -> Response:
-        return Response(ops.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+    async def metrics(request: Request) -> Response:
+        ask_others = request.app.state.services.ask_other_replicas
+        if ask_others is None:  # a server of its own: its metrics
+            return Response(ops.metrics.exposition(), media_type=METRICS_CONTENT_TYPE)
+        # A Ray cluster's one URL reaches any replica: it answers the cluster's, each series
+        # labelled with its replica (the same one every scrape, whichever replica answers).
+        own = label_exposition(ops.metrics.exposition(), settings.replica)
+        if METRICS_PART in request.headers:
+            return Response(own, media_type=METRICS_CONTENT_TYPE)
+        parts = [own] + [body for status, body in
+                         await ask_others("GET", "/metrics", {}, {METRICS_PART: "1"})
+                         if status == 200]
+        return Response(merge_expositions(parts), media_type=METRICS_CONTENT_TYPE)
 
     return ops

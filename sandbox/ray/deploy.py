@@ -31,9 +31,18 @@ def sandbox_nodes() -> list[dict]:
             if node.get("Alive") and node.get("Resources", {}).get(NODE_RESOURCE)]
 
 
+def deployed() -> bool:
+    """Whether the sandbox application is on this cluster (``serve.status`` answers without
+    starting Serve, which a cluster never deployed to does not run)."""
+    return APP in serve.status().applications
+
+
 def replicas() -> dict[str, str]:
     """The running sandbox replicas: replica name (as in session ids) -> node id, each asked
-    through the router by its name."""
+    through the router by its name. DeployError when the application is not deployed."""
+    if not deployed():
+        raise DeployError(f"the {APP!r} application is not deployed on this Ray cluster; "
+                          f"`sandbox ray deploy` starts it")
     handle = serve.get_deployment_handle(DEPLOYMENT, app_name=APP)
     answers = {name: handle.options(session_id=addressed_to(name)).node.remote()
                for name in replica_names()}
@@ -95,9 +104,13 @@ def _wait_running(wait_s: float) -> None:
         time.sleep(1)
 
 
-def stop(address: str | None = None) -> None:
-    """Delete the sandbox application; its replicas stop and remove their sandboxes."""
+def stop(address: str | None = None) -> bool:
+    """Delete the sandbox application; its replicas stop and remove their sandboxes. False when
+    it was not deployed (nothing to delete)."""
     if not ray.is_initialized():
         ray.init(address=address or "auto", log_to_driver=False)
-    serve.delete(APP)
+    found = deployed()
+    if found:  # serve.delete raises when Serve itself never ran here
+        serve.delete(APP)
     compiles.stop()
+    return found

@@ -21,7 +21,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError
 
 from ..client import (SandboxOutcomeUnknown, SandboxRequestRejected, SandboxServerError,
                       SandboxSessionGone, SandboxSessionLost, parse_retry_after)
-from .replica import APP, DEPLOYMENT, SERVE_SESSION_HEADER
+from .replica import APP, DEPLOYMENT, GRPC_MAX_MESSAGE_BYTES, SERVE_SESSION_HEADER
 
 REPLICA_LOST = (RayActorError, ActorUnavailableError)
 
@@ -29,8 +29,23 @@ REPLICA_LOST = (RayActorError, ActorUnavailableError)
 JSON = {"content-type": "application/json"}
 
 
+def _lift_grpc_answer_cap() -> None:
+    """This process's channels to the replicas take answers of any size, as the replicas take
+    requests of any size (``REPLICA_ENVIRONMENT``): Serve caps both at 4 MiB unless its
+    environment says otherwise when it is imported, which a trainer may have done already. Read
+    when a channel is made, so set before the first call."""
+    try:
+        from ray.serve._private.request_router import replica_wrapper
+    except ImportError:  # another Ray: its own defaults
+        return
+    if getattr(replica_wrapper, "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH", None) is not None:
+        replica_wrapper.RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH = max(
+            replica_wrapper.RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH, GRPC_MAX_MESSAGE_BYTES)
+
+
 class Sandbox:
     def __init__(self, app_name: str = APP, retries: int = 3, batch_chunk: int = 8) -> None:
+        _lift_grpc_answer_cap()
         # Calls travel over gRPC straight to the replica, not as Ray object references: about
         # half the caller's CPU per call and a third less in the replica (bench/routing_bench.py).
         self._handle = serve.get_deployment_handle(DEPLOYMENT, app_name=app_name).options(

@@ -41,8 +41,13 @@ HOP_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "kee
 # here with EBADF. The replicas run asyncio's own loop. Two of Serve's per-call costs cut as
 # its throughput-optimized mode cuts them: the app runs on Serve's loop (one thread hop less a
 # call; the app keeps its loop free, as under uvicorn) and access logs are buffered.
+# Serve's gRPC calls (the handle API's, a session call re-sent to its owner) are capped at 4 MiB a
+# message by default: a program, its stdin or files, a batch's chunk or an answer past that
+# failed with gRPC's RESOURCE_EXHAUSTED. A request is bounded by SANDBOX_MAX_BODY_BYTES instead.
+GRPC_MAX_MESSAGE_BYTES = 2**31 - 1  # gRPC's largest
 REPLICA_ENVIRONMENT = {"RAY_USE_UVLOOP": "0", "RAY_SERVE_RUN_USER_CODE_IN_SEPARATE_THREAD": "0",
-                       "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000"}
+                       "RAY_SERVE_REQUEST_PATH_LOG_BUFFER_SIZE": "1000",
+                       "RAY_SERVE_REPLICA_GRPC_MAX_MESSAGE_LENGTH": str(GRPC_MAX_MESSAGE_BYTES)}
 
 
 class SandboxReplica:

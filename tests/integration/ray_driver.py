@@ -74,6 +74,26 @@ async def sleepers_under_a_kill() -> None:
         retried=sandbox.retried + batched.retried)
 
 
+async def past_four_mib() -> None:
+    """Requests and answers past gRPC's default 4 MiB a message (Serve's cap on the handle's
+    calls unless raised): a 5 MiB stdin, a 6 MiB fetched file, a batch whose chunk of 8
+    requests of 1 MiB each is one 8 MiB message, and one past SANDBOX_MAX_BODY_BYTES."""
+    sandbox = Sandbox()
+    count = "import sys\nprint(len(sys.stdin.read()))"
+    stdin = await sandbox.run_code({"language": "python", "code": count, "stdin": "a" * (5 << 20)})
+    fetched = await sandbox.run_code({"language": "python", "fetch_files": ["big.bin"],
+                                      "code": "open('big.bin', 'wb').write(b'a' * (6 << 20))"})
+    batch = await sandbox.run_code_batch([{"language": "python", "code": count,
+                                           "stdin": "a" * (1 << 20)} for _ in range(8)])
+    try:
+        await sandbox.run_code({"language": "python", "code": "#" + "x" * (129 << 20)})
+        too_large = None
+    except SandboxRequestRejected as exc:
+        too_large = [exc.status, str(exc)]
+    say(stdin=stdin["run_result"]["stdout"], fetched=len(fetched["files"]["big.bin"]),
+        batch=[r["run_result"]["stdout"] for r in batch], too_large=too_large)
+
+
 def main() -> None:
     address, scenario = sys.argv[1:3]
     ray.init(address=address, log_to_driver=False)
@@ -82,6 +102,8 @@ def main() -> None:
             say(replicas=replicas())
         elif scenario == "handle-api":
             asyncio.run(handle_api())
+        elif scenario == "past-four-mib":
+            asyncio.run(past_four_mib())
         elif scenario == "sleepers-under-a-kill":
             asyncio.run(sleepers_under_a_kill())
         else:

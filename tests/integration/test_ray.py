@@ -157,21 +157,39 @@ def _haproxy_backend(stats_url: str) -> dict:
 
 
 def _replica_metrics(url: str, replica: str) -> str:
-    # The router sends a call to the replica its session id names: that replica's own /metrics.
+    # The router sends a call to the replica its session id names: that replica answers the
+    # cluster's metrics, its own among them.
     answer = requests.get(f"{url}/metrics", headers={"x-session-id": addressed_to(replica)},
                           timeout=TIMEOUT)
     assert answer.status_code == 200 and answer.headers["x-sandbox-replica"] == replica
     return answer.text
 
 
-def _counter(metrics: str, name: str) -> float:
-    found = re.search(rf"^{name} (\S+)$", metrics, re.M)
+def _counter(metrics: str, name: str, replica: str) -> float:
+    found = re.search(rf'^{name}\{{replica="{replica}"\}} (\S+)$', metrics, re.M)
     return float(found[1]) if found else 0.0
 
 
-def _runs_counted(metrics: str) -> float:
+def _runs_counted(metrics: str, replica: str) -> float:
     return sum(float(v) for v in re.findall(
-        r'^sandbox_requests_total\{language="python",status="Success"\} (\S+)$', metrics, re.M))
+        rf'^sandbox_requests_total\{{language="python",replica="{replica}",status="Success"\}} '
+        rf'(\S+)$', metrics, re.M))
+
+
+def test_status_and_stop_before_any_deploy_say_so(cluster):
+    """On a cluster where Serve never ran (the first test of the module: `deployed` comes
+    later), `status` and `stop` answer in a sentence, not with Ray Serve's traceback."""
+    def cli(command: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sandbox", "ray", command, "--address",
+                               cluster[0].address], cwd=REPO_ROOT, capture_output=True,
+                              text=True, timeout=300)
+
+    status = cli("status")
+    assert status.returncode == 1 and "Traceback" not in status.stderr, status.stderr[-3000:]
+    assert "'sandbox' application is not deployed on this Ray cluster" in status.stderr
+    stop = cli("stop")
+    assert stop.returncode == 0 and "Traceback" not in stop.stderr, stop.stderr[-3000:]
+    assert "not deployed here: nothing to delete" in stop.stdout
 
 
 def test_requests_spread_over_every_node_and_each_counts_its_own(cluster, deployed):
@@ -188,7 +206,22 @@ def test_requests_spread_over_every_node_and_each_counts_its_own(cluster, deploy
         answered_by = list(pool.map(one, range(48)))
     assert set(answered_by) == set(running), answered_by
     for replica in running:
-        assert _runs_counted(_replica_metrics(deployed, replica)) >= answered_by.count(replica) > 0
+        assert _runs_counted(_replica_metrics(deployed, replica), replica) >= \
+            answered_by.count(replica) > 0
+
+
+def test_metrics_at_the_one_url_are_the_clusters_whichever_replica_answers(cluster, deployed):
+    """Serve's proxy sends GET /metrics to any replica: each answers every replica's series,
+    labelled with its replica, so that a scrape of the one URL is the same cluster whichever
+    replica it reaches (one replica's alone, a different one each scrape, looked to Prometheus
+    like counters resetting)."""
+    running = sorted(_replicas(cluster))
+    for replica in running:
+        metrics = _replica_metrics(deployed, replica)
+        for name in running:
+            assert f'sandbox_queue_depth{{replica="{name}"}}' in metrics, (replica, name)
+            assert f'process_cpu_seconds_total{{replica="{name}"}}' in metrics, (replica, name)
+        assert metrics.count("# TYPE sandbox_queue_depth gauge") == 1  # one family, both series
 
 
 def test_fifty_sessions_every_call_on_its_owner(deployed):
@@ -260,7 +293,7 @@ def test_e2b_sandboxes_at_the_one_url(cluster, deployed, monkeypatch):
         return sandbox.sandbox_id
 
     def resent() -> float:
-        return sum(_counter(_replica_metrics(deployed, r), "sandbox_calls_resent_total")
+        return sum(_counter(_replica_metrics(deployed, r), "sandbox_calls_resent_total", r)
                    for r in _replicas(cluster))
 
     before = resent()
@@ -367,6 +400,18 @@ def test_handle_api_evaluates_a_batch_and_keeps_sessions(cluster, deployed):
     assert ran["chunked"] == [f"{i * 2}\n" for i in range(8)]
     assert ran["refused"] == 422  # a refused request fails its batch
     assert ran["in_session"] == ["1\n", "2\n", "3\n"]  # a session keeps its state
+
+
+def test_handle_api_carries_requests_and_answers_past_four_mib(cluster, deployed):
+    """Serve's gRPC path takes 4 MiB a message unless told otherwise: a larger program, stdin,
+    fetched file or batch chunk failed with gRPC's RESOURCE_EXHAUSTED (not one of
+    sandbox.client's exceptions). Now the server's own limit applies, with its 413."""
+    ran = _driver(cluster, "past-four-mib")
+    assert ran["stdin"] == f"{5 << 20}\n"
+    assert ran["fetched"] > 6 << 20  # base64 of 6 MiB
+    assert ran["batch"] == [f"{1 << 20}\n"] * 8
+    status, message = ran["too_large"]
+    assert status == 413 and "SANDBOX_MAX_BODY_BYTES" in message
 
 
 def test_a_node_killed_under_load_loses_no_request_and_a_node_added_takes_traffic(
