@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import logging
 import os
 import signal
@@ -258,6 +259,7 @@ def images(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def ray(args: argparse.Namespace, settings: Settings) -> int:
+    _keep_loopback_ray_address(args.address or os.environ.get("RAY_ADDRESS", ""))
     try:
         import sandbox.ray as sandbox_ray
     except ImportError as exc:
@@ -310,6 +312,31 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     print(f"sandbox ray: serving on every node's port {args.port} ({url} here); replicas: "
           f"{', '.join(sorted(sandbox_ray.replicas()))}")
     return 0
+
+
+def _keep_loopback_ray_address(address: str) -> None:
+    """A cluster on one machine runs its nodes at 127.0.0.1 (``node_ip_address``), and Ray
+    rewrites a loopback address to this machine's routed one before connecting: where such a
+    cluster does not listen, ray.init retried there for minutes. Ray's own switch keeps
+    loopback addresses loopback; set (before Ray is imported) only when nothing answers at the
+    routed address, since a cluster started there needs the rewrite."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not sep or not port.isdigit() or not loopback:
+        return
+    try:  # the address Ray picks: the source of a route to the internet (no packet is sent)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect(("8.8.8.8", 80))
+            routed = probe.getsockname()[0]
+    except OSError:
+        return  # no route: Ray stays on loopback itself
+    if not ipaddress.ip_address(routed).is_loopback and _unreachable_ray_address(
+            f"{routed}:{port}", timeout_s=1.0):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
 def _unreachable_ray_address(address: str, timeout_s: float = 5.0) -> str | None:
