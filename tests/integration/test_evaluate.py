@@ -450,6 +450,17 @@ def test_java_tests_that_each_use_much_of_the_cap_pass_one_after_another(evaluat
     assert verdicts(result) == ["accepted"] * 8, [(t["verdict"], t["memory_peak_MB"]) for t in result["tests"]]
 
 
+def test_a_file_past_the_output_cap_says_so(evaluate):
+    # The output cap is RLIMIT_FSIZE, so it holds for a scratch file in /tmp too: the message
+    # was "killed by signal 25", which does not say what was wrong.
+    code = ("import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
+            "with open('/tmp/scratch', 'wb') as f:\n    for _ in range(64): f.write(b'x' * (1 << 20)); f.flush()\n"
+            "print('done')")
+    test = evaluate(code, "python", [{"expected_output": "done"}])["tests"][0]
+    assert test["verdict"] == "runtime_error" and test["signal"] == 25, test
+    assert "SIGXFSZ" in test["message"] and "output cap" in test["message"], test["message"]
+
+
 def test_a_python_test_with_its_own_module_named_like_one_the_zygote_imported_imports_its_own(evaluate):
     # python3 main.py finds types.py in main.py's folder first; the zygote imported the
     # standard library's types already, so such a test is exec'd instead of forked.
