@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import signal
 import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
@@ -283,6 +284,10 @@ class Judge:
         if run.stdout_truncated or run.stderr_truncated:
             return Verdict.OUTPUT_LIMIT, f"output passed {limits.output_bytes} bytes"
         if run.exit_code != 0:
+            if run.signal == signal.SIGXFSZ:
+                return Verdict.RUNTIME_ERROR, (f"killed by signal {run.signal} (SIGXFSZ): a file it "
+                                               f"wrote passed {limits.output_bytes} bytes, the "
+                                               f"output cap, which holds for every file it writes")
             if run.signal:
                 return Verdict.RUNTIME_ERROR, f"killed by signal {run.signal}"
             return Verdict.RUNTIME_ERROR, f"exited with code {run.exit_code}"

@@ -461,6 +461,29 @@ def test_a_python_test_that_kills_its_zygote_is_a_runtime_error_never_a_time_lim
         assert all(t["wall_time"] < 5 for t in result["tests"]), result["tests"]
 
 
+def test_java_tests_that_each_use_much_of_the_cap_pass_one_after_another(evaluate):
+    # Tests share a warmed JVM; the heap a test grew stayed charged to the sandbox, and the
+    # next test that used as much was killed (memory_limit, or a time_limit), every second
+    # one: a right answer that passes alone and as `java Main` (/run_code).
+    code = ("public class Main { public static void main(String[] a) {"
+            " int mb = new java.util.Scanner(System.in).nextInt(); byte[][] b = new byte[mb][];"
+            " for (int i = 0; i < mb; i++) { b[i] = new byte[1 << 20]; b[i][5] = 1; }"
+            " System.out.println(mb); } }")
+    result = evaluate(code, "java", [{"stdin": "100", "expected_output": "100"}] * 8, memory_limit_MB=256)
+    assert verdicts(result) == ["accepted"] * 8, [(t["verdict"], t["memory_peak_MB"]) for t in result["tests"]]
+
+
+def test_a_file_past_the_output_cap_says_so(evaluate):
+    # The output cap is RLIMIT_FSIZE, so it holds for a scratch file in /tmp too: the message
+    # was "killed by signal 25", which does not say what was wrong.
+    code = ("import signal\nsignal.signal(signal.SIGXFSZ, signal.SIG_DFL)\n"
+            "with open('/tmp/scratch', 'wb') as f:\n    for _ in range(64): f.write(b'x' * (1 << 20)); f.flush()\n"
+            "print('done')")
+    test = evaluate(code, "python", [{"expected_output": "done"}])["tests"][0]
+    assert test["verdict"] == "runtime_error" and test["signal"] == 25, test
+    assert "SIGXFSZ" in test["message"] and "output cap" in test["message"], test["message"]
+
+
 def test_a_python_test_with_its_own_module_named_like_one_the_zygote_imported_imports_its_own(evaluate):
     # python3 main.py finds types.py in main.py's folder first; the zygote imported the
     # standard library's types already, so such a test is exec'd instead of forked.

@@ -47,7 +47,8 @@ import java.util.concurrent.locks.LockSupport;
  * What one test could leave behind for the next decides when this JVM is replaced (it
  * reports, then stops taking tests; the runner starts a fresh one): a test that started a
  * thread, exited, loaded native code, changed system properties, the default locale or
- * time zone or uncaught-exception handler, or failed with a VirtualMachineError. A test the
+ * time zone or uncaught-exception handler, failed with a VirtualMachineError, or grew the
+ * heap past a quarter of its maximum (grewItsHeap). A test the
  * runner kills at its deadline takes this JVM with it (the sentinel below).
  *
  * Not a security boundary (the sandbox is): a test could reach this class by reflection,
@@ -358,7 +359,8 @@ public final class JavaZygote {
     /** Reports the test's end; stops taking tests when it may have left state behind. */
     private static void finish(int status) {
         testRunning = false;
-        boolean replace = leavesState || changedGlobalState() || liveThreads(testGroup) > 0;
+        boolean replace = leavesState || changedGlobalState() || liveThreads(testGroup) > 0
+                || grewItsHeap();
         System.setIn(ZYGOTE_IN);
         System.setOut(ZYGOTE_OUT);
         System.setErr(ZYGOTE_ERR);
@@ -366,6 +368,15 @@ public final class JavaZygote {
             retire();
             parkForever();
         }
+    }
+
+    /** Whether the test left this JVM holding a heap of a size that shrinks the next test's
+     * memory cap: the memory stays charged to the sandbox, and a test that used 100 MB under
+     * a 256 MB cap (500 under 1024) made the next one that did the same run out of memory,
+     * which alone, or as `java Main`, passes. A fresh JVM gives the next test the whole cap. */
+    private static boolean grewItsHeap() {
+        Runtime runtime = Runtime.getRuntime();
+        return runtime.totalMemory() > runtime.maxMemory() / 4;
     }
 
     private static boolean changedGlobalState() {
