@@ -215,3 +215,25 @@ def test_ruby_starts_without_touching_a_large_stack_and_still_recurses_deep(run)
     assert hello["memory_peak_MB"] < 64, hello
     deep = run("def depth(n) = n == 0 ? 0 : 1 + depth(n - 1)\nputs depth(100_000)", "ruby")
     assert deep["run_result"]["stdout"] == "100000\n", deep
+
+
+@pytest.mark.parametrize("code", [
+    "echo __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+    "\n  <?php\necho __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+    "<?php\necho __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+])
+def test_php_dir_is_the_work_directory_with_or_without_its_tag(run, code):
+    """SandboxFusion's PHP file (`<?php` added when missing) is in the work directory beside
+    the sent files: `__DIR__ . '/in.txt'` reads one. The prepared copy was in /tmp."""
+    result = run(code, "php", files={"in.txt": "ZGF0YQ=="})
+    assert result["status"] == "Success", result
+    assert result["run_result"]["stdout"] == "/sandbox main.php data", result
+
+
+def test_php_without_its_tag_in_evaluate(server):
+    """A /v1/evaluate test's work directory is read-only: the prepared copy goes to /tmp."""
+    import requests
+    body = {"language": "php", "code": "echo intval(trim(fgets(STDIN))) * 2;",
+            "tests": [{"stdin": "21", "expected_output": "42"}]}
+    result = requests.post(f"{server}/v1/evaluate", json=body, timeout=120).json()
+    assert result["accepted"], result
