@@ -237,3 +237,18 @@ def test_php_without_its_tag_in_evaluate(server):
             "tests": [{"stdin": "21", "expected_output": "42"}]}
     result = requests.post(f"{server}/v1/evaluate", json=body, timeout=120).json()
     assert result["accepted"], result
+
+
+def test_jest_writes_sandboxfusions_jest_report(run):
+    """SandboxFusion's jest config writes jest-report.json (jest-json-reporter: the results
+    object as JSON) and its evaluation fetches it for each test's outcome."""
+    import base64
+    import json
+    code = "test('a', () => { expect(1).toBe(1); });\ntest('b', () => { expect(1).toBe(2); });"
+    result = run(code, "jest", run_timeout=30, fetch_files=["jest-report.json"])
+    assert result["status"] == "Failed", result
+    report = json.loads(base64.b64decode(result["files"]["jest-report.json"]))
+    suite, = report["testResults"]
+    assert suite["testFilePath"].endswith("main.test.ts")
+    assert [(t["title"], t["status"]) for t in suite["testResults"]] == [("a", "passed"), ("b", "failed")]
+    assert (report["numPassedTests"], report["numFailedTests"]) == (1, 1)
