@@ -252,3 +252,18 @@ def test_jest_writes_sandboxfusions_jest_report(run):
     assert suite["testFilePath"].endswith("main.test.ts")
     assert [(t["title"], t["status"]) for t in suite["testResults"]] == [("a", "passed"), ("b", "failed")]
     assert (report["numPassedTests"], report["numFailedTests"]) == (1, 1)
+
+
+def test_junit_puts_the_jars_sent_in_files_on_the_class_path(run):
+    """SandboxFusion compiles and runs JUnit tests with every `.jar` of `files` on the class path."""
+    import base64
+    from .test_languages import JAR_BUILDER
+    helper = "package pkg;\npublic class Helper { public static int twice(int x) { return 2 * x; } }"
+    built = run(JAR_BUILDER, "java", files={"pkg/Helper.java": base64.b64encode(helper.encode()).decode()},
+                fetch_files=["helper.jar"])
+    assert built["run_result"]["stdout"] == "2\n", built
+    code = ("import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\n"
+            "import pkg.Helper;\npublic class HelperTest { @Test void twice() { assertEquals(42, Helper.twice(21)); } }")
+    result = run(code, "junit", run_timeout=30, files={"helper.jar": built["files"]["helper.jar"]})
+    assert result["status"] == "Success", result
+    assert "1 tests successful" in result["run_result"]["stdout"], result
