@@ -87,6 +87,11 @@ class RuntimeSpec(BaseModel):
         (), description="Top-level modules the zygote has imported that a fresh interpreter "
                         "has not: a test whose files name one (types.py) is exec'd instead, so "
                         "that it imports its own, as the interpreter would.")
+    zygote_skip_suffixes: tuple[str, ...] = Field(
+        (), description="File name endings that keep a test off the zygote: a test whose "
+                        "program's or own files include one is exec'd instead (the Java "
+                        "zygote's class path does not expand `*`, the `java` launcher's "
+                        "does: a sent `.jar` is seen only by the latter).")
     zygote_start_s: float = Field(
         0.0, ge=0, description="What starting the zygote adds to a sandbox's first test (s): "
                                "/v1/evaluate spreads tests over more sandboxes only when that "

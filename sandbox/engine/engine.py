@@ -463,10 +463,14 @@ class PreparedProgram:
         spec = self.job.spec
         argv = list(argv or spec.run)
         # A warmed interpreter stands in for the runtime's own one (same argv[0]), unless the
-        # test has a module of its own named like one the zygote imported already.
+        # test has a module of its own named like one the zygote imported already, or a file
+        # only the runtime's own launcher takes in (a `.jar` on Java's class path).
         zygote = spec.zygote if spec.zygote and argv[0] == spec.run[0] else ()
         if zygote and spec.zygote_imports and top_level_names([*self.job.files, *(files or ())]) \
                 & set(spec.zygote_imports):
+            zygote = ()
+        if zygote and spec.zygote_skip_suffixes and any(
+                path.endswith(spec.zygote_skip_suffixes) for path in [*self.job.files, *(files or ())]):
             zygote = ()
         return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes, cpu=cpu)
 

@@ -5,6 +5,8 @@ be what `java Main` gives: stdout, stderr (stack traces included), exit status, 
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 import requests
 
@@ -141,3 +143,19 @@ def test_many_tests_mixed_outcomes_in_order(post):
         "accepted", "runtime_error", "accepted", "runtime_error", "accepted", "time_limit",
         "accepted", "accepted", "accepted", "wrong_answer", "accepted"], result
     assert result["tests"][3]["exit_code"] == 2
+
+
+def test_a_jar_sent_in_files_is_on_the_class_path_of_each_test(post):
+    """`java` expands the run's class path entry `*` to the sent jars (SandboxFusion puts each
+    on `-cp`); the zygote does not, so such a program's tests are exec'd."""
+    from .test_languages import JAR_BUILDER
+    helper = "package pkg;\npublic class Helper { public static int twice(int x) { return 2 * x; } }"
+    built = post("/run_code", {"code": JAR_BUILDER, "language": "java", "compile_timeout": 30,
+                               "files": {"pkg/Helper.java": base64.b64encode(helper.encode()).decode()},
+                               "fetch_files": ["helper.jar"]})
+    assert built["run_result"]["stdout"] == "2\n", built
+    code = main_class("public static void main(String[] a) {"
+                      " System.out.println(pkg.Helper.twice(new Scanner(System.in).nextInt())); }")
+    result = evaluate(post, code, ["21", "4"], files={"helper.jar": built["files"]["helper.jar"]})
+    assert [(t["verdict"], t["stdout"]) for t in result["tests"]] == \
+        [("accepted", "42\n"), ("accepted", "8\n")], result

@@ -212,6 +212,45 @@ def test_java_assertions_are_enabled(run):
     assert "AssertionError" in result["run_result"]["stderr"]
 
 
+def test_rust_checks_overflow_and_debug_asserts_as_sandboxfusion(run):
+    """SandboxFusion compiles with plain `rustc` (a debug build): an overflow panics and
+    `debug_assert!` runs. Optimised without them, the overflow wrapped and passed."""
+    overflow = ("fn main() { let x: i32 = std::hint::black_box(i32::MAX);"
+                " println!(\"{}\", x + std::hint::black_box(1)); }")
+    result = run(overflow, "rust")
+    assert result["status"] == "Failed", result
+    assert result["run_result"]["return_code"] == 101, result
+    assert "attempt to add with overflow" in result["run_result"]["stderr"], result
+    result = run('fn main() { debug_assert!(1 + 1 == 3, "debug asserts on"); }', "rust")
+    assert result["run_result"]["return_code"] == 101, result
+    assert "debug asserts on" in result["run_result"]["stderr"], result
+    assert_ran(run("fn main() { println!(\"{}\", 7u8.wrapping_add(250)); }", "rust"), "1\n")
+
+
+JAR_BUILDER = """import java.nio.file.*;
+import java.util.jar.*;
+public class Main {
+    public static void main(String[] a) throws Exception {
+        System.out.println(pkg.Helper.twice(1));
+        try (JarOutputStream jar = new JarOutputStream(Files.newOutputStream(Path.of("helper.jar")))) {
+            jar.putNextEntry(new JarEntry("pkg/Helper.class"));
+            jar.write(Files.readAllBytes(Path.of("pkg/Helper.class")));
+        }
+    }
+}"""
+
+
+def test_java_puts_the_jars_sent_in_files_on_the_class_path(run):
+    """SandboxFusion compiles and runs Java with every `.jar` of `files` on the class path."""
+    helper = "package pkg;\npublic class Helper { public static int twice(int x) { return 2 * x; } }"
+    built = run(JAR_BUILDER, "java", files={"pkg/Helper.java": base64.b64encode(helper.encode()).decode()},
+                fetch_files=["helper.jar"])
+    assert_ran(built, "2\n")
+    uses = ("import pkg.Helper;\npublic class Main { public static void main(String[] a) {"
+            " System.out.println(Helper.twice(21)); } }")
+    assert_ran(run(uses, "java", files={"helper.jar": built["files"]["helper.jar"]}), "42\n")
+
+
 def test_nodejs_runs_commonjs_and_es_modules(run):
     common = "const { readFileSync } = require('fs'); console.log(readFileSync(0, 'utf8').trim());"
     module = "import { readFileSync } from 'node:fs';\nconsole.log(readFileSync(0, 'utf8').trim());"

@@ -215,3 +215,55 @@ def test_ruby_starts_without_touching_a_large_stack_and_still_recurses_deep(run)
     assert hello["memory_peak_MB"] < 64, hello
     deep = run("def depth(n) = n == 0 ? 0 : 1 + depth(n - 1)\nputs depth(100_000)", "ruby")
     assert deep["run_result"]["stdout"] == "100000\n", deep
+
+
+@pytest.mark.parametrize("code", [
+    "echo __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+    "\n  <?php\necho __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+    "<?php\necho __DIR__, ' ', basename(__FILE__), ' ', file_get_contents(__DIR__ . '/in.txt');",
+])
+def test_php_dir_is_the_work_directory_with_or_without_its_tag(run, code):
+    """SandboxFusion's PHP file (`<?php` added when missing) is in the work directory beside
+    the sent files: `__DIR__ . '/in.txt'` reads one. The prepared copy was in /tmp."""
+    result = run(code, "php", files={"in.txt": "ZGF0YQ=="})
+    assert result["status"] == "Success", result
+    assert result["run_result"]["stdout"] == "/sandbox main.php data", result
+
+
+def test_php_without_its_tag_in_evaluate(server):
+    """A /v1/evaluate test's work directory is read-only: the prepared copy goes to /tmp."""
+    import requests
+    body = {"language": "php", "code": "echo intval(trim(fgets(STDIN))) * 2;",
+            "tests": [{"stdin": "21", "expected_output": "42"}]}
+    result = requests.post(f"{server}/v1/evaluate", json=body, timeout=120).json()
+    assert result["accepted"], result
+
+
+def test_jest_writes_sandboxfusions_jest_report(run):
+    """SandboxFusion's jest config writes jest-report.json (jest-json-reporter: the results
+    object as JSON) and its evaluation fetches it for each test's outcome."""
+    import base64
+    import json
+    code = "test('a', () => { expect(1).toBe(1); });\ntest('b', () => { expect(1).toBe(2); });"
+    result = run(code, "jest", run_timeout=30, fetch_files=["jest-report.json"])
+    assert result["status"] == "Failed", result
+    report = json.loads(base64.b64decode(result["files"]["jest-report.json"]))
+    suite, = report["testResults"]
+    assert suite["testFilePath"].endswith("main.test.ts")
+    assert [(t["title"], t["status"]) for t in suite["testResults"]] == [("a", "passed"), ("b", "failed")]
+    assert (report["numPassedTests"], report["numFailedTests"]) == (1, 1)
+
+
+def test_junit_puts_the_jars_sent_in_files_on_the_class_path(run):
+    """SandboxFusion compiles and runs JUnit tests with every `.jar` of `files` on the class path."""
+    import base64
+    from .test_languages import JAR_BUILDER
+    helper = "package pkg;\npublic class Helper { public static int twice(int x) { return 2 * x; } }"
+    built = run(JAR_BUILDER, "java", files={"pkg/Helper.java": base64.b64encode(helper.encode()).decode()},
+                fetch_files=["helper.jar"])
+    assert built["run_result"]["stdout"] == "2\n", built
+    code = ("import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\n"
+            "import pkg.Helper;\npublic class HelperTest { @Test void twice() { assertEquals(42, Helper.twice(21)); } }")
+    result = run(code, "junit", run_timeout=30, files={"helper.jar": built["files"]["helper.jar"]})
+    assert result["status"] == "Success", result
+    assert "1 tests successful" in result["run_result"]["stdout"], result
