@@ -281,6 +281,10 @@ def test_python_scientific_packages(run):
     assert_ran(run(code, "python"), "6 {2: 2, 3: 1} 2\n")
 
 
+def test_bash_has_bc_as_sandboxfusions_bash_does(run):
+    assert_ran(run('echo "scale=2; 1/3" | bc', "bash"), ".33\n")
+
+
 def test_python_matplotlib_saves_a_figure_and_says_nothing_on_stderr(run):
     # Its config folder was a read-only one in the image: every import warned on stderr that
     # it was not writable (a data-analysis tool call's answer carried the warning).
