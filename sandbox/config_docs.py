@@ -74,10 +74,23 @@ def _origin(name: str, file_keys: set[str], settings: Settings) -> str:
     return ""
 
 
+def _language_origin(language: str, key: str, file_languages: dict, settings: Settings) -> str:
+    env_name = f"{ENV_PREFIX}LANGUAGES__{language}__{key}".upper()
+    named = [name for name in os.environ if name.upper() == env_name]
+    if named:
+        return f"  # from {named[0]}"
+    if any(name.upper() == f"{ENV_PREFIX}LANGUAGES" for name in os.environ):
+        return f"  # from {ENV_PREFIX}LANGUAGES"
+    if key in file_languages.get(language, {}):
+        return f"  # from {settings.config}"
+    return ""
+
+
 def effective_toml(settings: Settings) -> str:
     """The settings in force, as a config file; each line says where a non-default came from."""
     lines = [f"# effective settings{f' (config file {settings.config})' if settings.config else ''}"]
-    file_keys = set(tomllib.loads(Path(settings.config).read_text())) if settings.config else set()
+    file_table = tomllib.loads(Path(settings.config).read_text()) if settings.config else {}
+    file_keys, file_languages = set(file_table), file_table.get("languages", {})
     for name in Settings.model_fields:
         if name in ("config", "languages"):
             continue
@@ -93,5 +106,6 @@ def effective_toml(settings: Settings) -> str:
     for language, overrides in sorted(settings.languages.items()):
         lines += ["", f"[languages.{language}]"]
         for key, value in overrides.model_dump(exclude_none=True).items():
-            lines.append(f"{key} = {_toml_value(value)}")
+            lines.append(f"{key} = {_toml_value(value)}"
+                         f"{_language_origin(language, key, file_languages, settings)}")
     return "\n".join(lines) + "\n"

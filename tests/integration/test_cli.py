@@ -367,13 +367,17 @@ def test_doctor_without_a_docker_daemon_says_how_to_start_one():
 def test_config_prints_the_effective_settings_as_a_usable_file(tmp_path):
     config = tmp_path / "sandbox.toml"
     config.write_text("port = 9100\n[languages.go]\ncpus = 2\n")
-    result = sandbox_cli("config", "--config", str(config), env={"SANDBOX_MAX_QUEUE": "7"})
+    result = sandbox_cli("config", "--config", str(config),
+                         env={"SANDBOX_MAX_QUEUE": "7", "SANDBOX_LANGUAGES__GO__PIDS_LIMIT": "300"})
     assert result.returncode == 0, result.stderr
     text = result.stdout.decode()
     assert f"port = 9100  # from {config}" in text
     assert "max_queue = 7  # from SANDBOX_MAX_QUEUE" in text
+    # A language's keys say where they came from too (docs/configuration.md: each non-default).
+    assert f"cpus = 2.0  # from {config}" in text
+    assert "pids_limit = 300  # from SANDBOX_LANGUAGES__GO__PIDS_LIMIT" in text
     parsed = tomllib.loads(text)
-    assert parsed["languages"] == {"go": {"cpus": 2.0}}
+    assert parsed["languages"] == {"go": {"cpus": 2.0, "pids_limit": 300}}
     assert parsed["pids_limit"] == 256
     (tmp_path / "again.toml").write_text(text)
     again = sandbox_cli("config", "--config", str(tmp_path / "again.toml"))
