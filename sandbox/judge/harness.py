@@ -45,8 +45,8 @@ import sys
 import json
 """
 
-# Arguments: one JSON value per non-empty stdin line (verl's format). The function is looked
-# up globally, else as a method of Solution(). Whatever the submission prints goes to stderr;
+# Arguments: one JSON value per non-empty stdin line (verl's format). The function is a method
+# of Solution() when it has one, else looked up globally. Whatever the submission prints goes to stderr;
 # the last stdout line is the result: its JSON value and verl's text rendering of it.
 _CALL = """
 def __sandbox_call():
@@ -54,10 +54,12 @@ def __sandbox_call():
     _out = _sys.__stdout__
     _args = [_json.loads(_line) for _line in _sys.stdin.read().split("\\n") if _line.strip()]
     _name = {fn_name}
-    if _name in globals():
-        _target = globals()[_name]
-    elif "Solution" in globals():
+    # Solution's method first: a global of that name may be one of the prelude's imports
+    # (LeetCode's `search` or `merge` beside re.search and heapq.merge).
+    if "Solution" in globals() and hasattr(globals()["Solution"], _name):
         _target = getattr(globals()["Solution"](), _name)
+    elif _name in globals():
+        _target = globals()[_name]
     else:
         raise NameError(f"function or method {{_name!r}} not found")
     _result = _target(*_args)

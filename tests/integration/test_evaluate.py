@@ -229,6 +229,18 @@ def test_function_call_tests(evaluate):
     assert plain["accepted"] is True
 
 
+def test_a_solution_method_named_like_a_prelude_import_is_the_one_called(evaluate):
+    # verl's prelude star-imports re, heapq, operator, ...: LeetCode's `search` and `merge`
+    # called re.search and heapq.merge instead of the submission's method.
+    code = ("class Solution:\n    def search(self, nums, target):\n"
+            "        return nums.index(target) if target in nums else -1\n"
+            "    def add(self, a, b):\n        return [a + b]\n")
+    tests = [{"stdin": "[4, 5, 6]\n5", "expected_output": "1"}, {"stdin": "[4]\n7", "expected_output": "-1"}]
+    assert verdicts(evaluate(code, "python", tests, fn_name="search")) == ["accepted", "accepted"]
+    result = evaluate(code, "python", [{"stdin": "1\n2", "expected_output": "[3]"}], fn_name="add")
+    assert result["accepted"] is True, result
+
+
 def test_function_call_arguments_that_are_not_json_are_a_422(evaluate):
     # The harness would fail to read them and the program would get the runtime error.
     detail = evaluate("def add(a, b):\n    return a + b", "python",
