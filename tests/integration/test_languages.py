@@ -96,6 +96,8 @@ def test_timeout_keeps_partial_output(run, language):
     assert 2 <= step["execution_time"] < scaled(6)
     if language != "sql":  # the sqlite3 shell buffers its output; nothing is printed before
         assert step["stdout"] == "partial\n"
+    # The run's own peak until the stop (it was null, or for a compiled language its compile's).
+    assert result["memory_peak_MB"] is not None and result["memory_peak_MB"] > 0, result
 
 
 @pytest.mark.parametrize("language", LANGUAGES)

@@ -76,6 +76,7 @@ class DockerSandbox:
         self._backend = backend
         self.id = container_id
         self._limits = limits
+        self._facts_at_stop: MemoryFacts | None = None  # read before a stop kills the cgroup
 
     @property
     def _api(self) -> docker.APIClient:
@@ -121,7 +122,7 @@ class DockerSandbox:
         return await self._backend.call(self._execute, list(argv), stdin, timeout_s, output_limit)
 
     async def memory_facts(self) -> MemoryFacts:
-        facts = read_memory_facts(self.id)
+        facts = self._facts_at_stop or read_memory_facts(self.id)
         if facts is not None:
             return facts
         try:  # a remote daemon: ask it (slower, and it has no OOM counter)
@@ -147,6 +148,7 @@ class DockerSandbox:
         if not (timed_out or flooded):
             exit_code, timed_out = self._wait_exec(exec_id, deadline)
         if timed_out or flooded:
+            self._facts_at_stop = read_memory_facts(self.id)  # the kill takes the cgroup
             self._kill()
         wall = time.monotonic() - started
         if timed_out:

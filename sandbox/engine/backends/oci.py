@@ -393,6 +393,9 @@ class OciSandbox:
                 timed_out = not done
                 if timed_out:
                     self._cpu_time_s = cpu.usage_s()
+                # The peak until the stop (the cgroup goes with the kill): else the answer
+                # had none, or an earlier step's (a C++ compile's for its looping program).
+                self._facts = cgroup_memory_facts(cgroups_path)
                 await kill()
             ending = asyncio.create_task(self._end(proc, kill, started + deadline.backstop_s + 1.0))
             if stopped:
