@@ -328,9 +328,14 @@ class OciSandbox:
             try:
                 await asyncio.wait_for(proc.wait(), timeout=2.0)
             except asyncio.TimeoutError:
-                await self._backend.kill(name)
-                proc.kill()
-                await wait_exit(proc, self._backend.runtime)
+                pass
+            finally:  # not gone in time, or the request cancelled (a server shutting down)
+                if proc.returncode is None:
+                    await self._backend.kill(name)
+                    proc.kill()
+                    await wait_exit(proc, self._backend.runtime)
+                    # The runtime, killed, left the container's state and cgroup behind.
+                    await self._backend.delete(name)
             await asyncio.wait(drains, timeout=2.0)
             for task in drains:
                 task.cancel()
