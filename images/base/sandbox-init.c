@@ -96,8 +96,9 @@ int main(int argc, char **argv) {
     }
     if (child == 0) {
         execvp(argv[first], &argv[first]);
+        int found = errno != ENOENT && errno != ENOTDIR;
         fprintf(stderr, "sandbox-init: cannot run %s: %s\n", argv[first], strerror(errno));
-        _exit(127);
+        _exit(found ? 126 : 127); /* a shell's codes: found but not runnable, or not found */
     }
     for (;;) {
         int status;

@@ -283,6 +283,14 @@ def test_python_scientific_packages(run):
     assert_ran(run(code, "python"), "6 {2: 2, 3: 1} 2\n")
 
 
+def test_a_program_built_but_not_runnable_exits_126_as_under_a_shell(run):
+    # go builds a package that is not `main` into an archive, not a program: found, not
+    # runnable, a shell's 126 (SandboxFusion's); 127 is for a program not found.
+    result = run('package solution\nfunc Answer() int { return 42 }', "go")
+    assert result["status"] == "Failed", result
+    assert result["run_result"]["return_code"] == 126, result["run_result"]
+
+
 def test_bash_has_bc_as_sandboxfusions_bash_does(run):
     assert_ran(run('echo "scale=2; 1/3" | bc', "bash"), ".33\n")
 
