@@ -366,6 +366,26 @@ def test_asking_for_more_than_the_whole_cap_at_once_ends_as_out_of_memory_at_onc
     assert below["run_result"]["stdout"] == f"{300 << 20}\n", below  # one mapping under the cap
 
 
+@pytest.mark.parametrize("code", [
+    "held = b'\\x01' * (64 << 20)\nwhile True:\n    pass",                 # its time limit
+    "held = b'\\x01' * (64 << 20)\nwhile True:\n    print('x' * 4096)",   # its output cap
+])
+def test_a_run_stopped_by_the_server_still_reports_its_cpu_time_and_memory_peak(warm, cold, code):
+    """docs/api.md: every step reports `cpu_time`; `memory_peak_MB` is the sandbox's peak. A run
+    the server stopped (deadline, output cap) reported neither, or only one: they were read as
+    the program ended by itself, and a stopped one never does."""
+    for url in (warm, cold):
+        result = _run(url, code, run_timeout=1)
+        step = result["run_result"]
+        seen = (result["status"], result["message"], step["status"], step["stdout_truncated"],
+                step["cpu_time"], result["memory_peak_MB"], result["oom_killed"])
+        assert result["status"] == "Failed", seen
+        assert step["status"] == "TimeLimitExceeded" or step["stdout_truncated"], seen
+        assert step["cpu_time"] is not None and step["cpu_time"] > 0.02, seen
+        assert result["memory_peak_MB"] is not None and 64 <= result["memory_peak_MB"] < 1024, seen
+        assert result["oom_killed"] is False, seen
+
+
 def test_two_runs_at_once_cannot_see_each_other(warm):
     planter = ("import os, time, subprocess\nopen('/tmp/mine', 'w').write('x')\n"
                "open('/sandbox/mine', 'w').write('x')\nopen('/dev/shm/mine', 'w').write('x')\n"
