@@ -366,6 +366,26 @@ def test_asking_for_more_than_the_whole_cap_at_once_ends_as_out_of_memory_at_onc
     assert below["run_result"]["stdout"] == f"{300 << 20}\n", below  # one mapping under the cap
 
 
+@pytest.mark.parametrize("code", [
+    "held = b'\\x01' * (64 << 20)\nwhile True:\n    pass",                 # its time limit
+    "held = b'\\x01' * (64 << 20)\nwhile True:\n    print('x' * 4096)",   # its output cap
+])
+def test_a_run_stopped_by_the_server_still_reports_its_cpu_time_and_memory_peak(warm, cold, code):
+    """docs/api.md: every step reports `cpu_time`; `memory_peak_MB` is the sandbox's peak. A run
+    the server stopped (deadline, output cap) reported neither, or only one: they were read as
+    the program ended by itself, and a stopped one never does."""
+    for url in (warm, cold):
+        result = _run(url, code, run_timeout=1)
+        step = result["run_result"]
+        seen = (result["status"], result["message"], step["status"], step["stdout_truncated"],
+                step["cpu_time"], result["memory_peak_MB"], result["oom_killed"])
+        assert result["status"] == "Failed", seen
+        assert step["status"] == "TimeLimitExceeded" or step["stdout_truncated"], seen
+        assert step["cpu_time"] is not None and step["cpu_time"] > 0.02, seen
+        assert result["memory_peak_MB"] is not None and 64 <= result["memory_peak_MB"] < 1024, seen
+        assert result["oom_killed"] is False, seen
+
+
 def test_two_runs_at_once_cannot_see_each_other(warm):
     planter = ("import os, time, subprocess\nopen('/tmp/mine', 'w').write('x')\n"
                "open('/sandbox/mine', 'w').write('x')\nopen('/dev/shm/mine', 'w').write('x')\n"
@@ -558,3 +578,58 @@ def test_a_child_the_kernel_does_not_let_move_itself_is_moved_by_the_server(dock
     assert hog.exit_code == -9 and hog_memory.oom_kills, (hog, hog_memory)  # in its cgroup
     assert backend.templates.runs == {"warm": 2, "cold": 0}
     assert [word for word, _ in words] == [b"joining\n"] * 2, words
+
+
+def test_a_template_set_aside_after_failed_starts_serves_again(docker_ready, monkeypatch):
+    """Three warm starts failed in a row set a template aside. The failures can be the host's
+    for a while only: on a host at a load average in the hundreds, with warm fork bombs beside
+    (its own fork waiting in the kernel behind theirs), a child's first word came after
+    JOIN_TIMEOUT_S; three in a row left every later run cold for the rest of the server's life.
+    The failure here: the run's cgroup.procs cannot be opened, three times."""
+    import asyncio
+
+    from sandbox.config import Settings
+    from sandbox.engine.backends import warm as warm_module
+    from sandbox.engine.backends.select import choose_backend
+    from sandbox.engine.backends.warm import TemplateSpec
+    from sandbox.engine.cgroups import JobCgroup
+    from sandbox.engine.models import Limits
+    from sandbox.runtimes import RuntimeRegistry
+
+    monkeypatch.setattr(warm_module, "SET_ASIDE_S", 2.0, raising=False)
+    refusals = [OSError(24, "Too many open files") for _ in range(3)]
+    open_procs = JobCgroup.open_procs
+
+    def refused_at_first(cgroup: JobCgroup) -> list[int]:
+        if refusals:
+            raise refusals.pop()
+        return open_procs(cgroup)
+
+    monkeypatch.setattr(JobCgroup, "open_procs", refused_at_first)
+    spec = RuntimeRegistry.load(REPO_ROOT / "runtimes").get("python")
+    backend = choose_backend(Settings(instance=f"pytest-aside-{uuid.uuid4().hex[:8]}", backend="oci"))
+
+    async def runs() -> tuple[list, list]:
+        try:
+            await backend.remove_leftovers()
+            await backend.templates.start(backend, {spec.image: TemplateSpec(
+                spec.template, spec.run, {"standard": spec.template_sets["standard"]}, {})})
+            template = backend.templates.all()[0]
+            outputs, ready = [], []
+            for pause in (0, 0, 0, 0, 3.0):
+                await asyncio.sleep(pause)
+                limits = Limits(compile_timeout_s=10, run_timeout_s=10, memory_mb=256, cpus=1.0,
+                                pids=64, workdir_mb=16, output_bytes=1 << 16, fetch_bytes=0)
+                async with backend.open(spec.image, limits) as box:
+                    await box.write_files({spec.source: b"print('ran')"})
+                    outputs.append((await box.execute(spec.run, b"", 10, 1 << 16)).stdout)
+                ready.append(template.ready)
+            return outputs, ready
+        finally:
+            await backend.close()
+
+    outputs, ready = asyncio.run(runs())
+    assert outputs == [b"ran\n"] * 5, outputs
+    # Three cold (set aside after the third), a fourth cold at once, the fifth warm again.
+    assert ready == [True, True, False, False, True], ready
+    assert backend.templates.runs == {"warm": 1, "cold": 4}, backend.templates.runs

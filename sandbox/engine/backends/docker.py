@@ -148,7 +148,10 @@ class DockerSandbox:
         if not (timed_out or flooded):
             exit_code, timed_out = self._wait_exec(exec_id, deadline)
         if timed_out or flooded:
-            self._facts_at_stop = read_memory_facts(self.id)  # the kill takes the cgroup
+            # Its peak until the stop (the kill takes the cgroup); the peak only, as the oci
+            # backend's: an OOM kill of one of its processes is not a stopped run's verdict.
+            facts = read_memory_facts(self.id)
+            self._facts_at_stop = facts and MemoryFacts(facts.peak_bytes, None)
             self._kill()
         wall = time.monotonic() - started
         if timed_out:

@@ -396,11 +396,12 @@ class OciSandbox:
             stopped = flooded.is_set() or not done
             if stopped:
                 timed_out = not done
-                if timed_out:
+                if not line:  # what it used until now, read before its cgroup empties
                     self._cpu_time_s = cpu.usage_s()
-                # The peak until the stop (the cgroup goes with the kill): else the answer
-                # had none, or an earlier step's (a C++ compile's for its looping program).
-                self._facts = cgroup_memory_facts(cgroups_path)
+                    # Its peak until the stop, the cgroup going with the kill (else the answer
+                    # had none, or an earlier step's: a C++ compile's for its looping program);
+                    # the peak only: an OOM kill of one of its processes is not its verdict.
+                    self._facts = MemoryFacts(cgroup_memory_facts(cgroups_path).peak_bytes, None)
                 await kill()
             ending = asyncio.create_task(self._end(proc, kill, started + deadline.backstop_s + 1.0))
             if stopped:

@@ -21,7 +21,9 @@ A template that ends is restarted in the background; meanwhile its runs fork fro
 ready template, or start cold. A run the template could not start (no answer, a failed set-up)
 starts cold: nothing on the wire says which way it ran, the metric
 ``sandbox_runs_started_total{start=warm|cold}`` does. A template whose runs fail to start three
-times in a row is set aside (``sandbox_warm_templates_ready`` 0).
+times in a row is set aside (``sandbox_warm_templates_ready`` 0) for ``SET_ASIDE_S``, then
+serves again: its failures may have been the host's for a while (a loaded host, fork bombs
+holding the locks its forks take, its child's first word later than ``JOIN_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ READY_TIMEOUT_S = 120.0   # importing the scientific stack on a busy 2-core host
 JOIN_TIMEOUT_S = 5.0      # from the fork request to the child's first word
 RESTART_DELAY_S = 5.0
 MAX_FAILURES_IN_A_ROW = 3
+SET_ASIDE_S = 60.0        # a template set aside serves again after this long
 STOP_WAIT_S = 5.0
 MAX_SCANNED_BYTES = 1 << 20  # of a program's source, for the modules it names
 SYS_OPEN_TREE, OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_FDCWD = 428, 1, 0o2000000, -100
@@ -161,15 +164,27 @@ class Template:
 
     def failed(self, problem: str) -> None:
         """A warm start failed (its run goes cold). Several in a row: this host cannot make a
-        child's sandbox this way; the template is set aside and its runs start cold."""
+        child's sandbox this way, or not now; the template is set aside for ``SET_ASIDE_S``
+        and its runs start cold meanwhile."""
         self.failures += 1
         log.warning("a warm start from template %s of %s failed (%s): the run starts cold",
                     self.name, self.image, problem)
         if self.failures >= MAX_FAILURES_IN_A_ROW and self.ready:
             self.ready = False
             self.problem = f"{self.failures} warm starts failed in a row, the last: {problem}"
-            log.error("warm template %s of %s set aside, its runs start cold: %s", self.name,
-                      self.image, self.problem)
+            log.error("warm template %s of %s set aside for %g s, its runs start cold: %s",
+                      self.name, self.image, SET_ASIDE_S, self.problem)
+            asyncio.get_running_loop().call_later(SET_ASIDE_S, self._serve_again, self.problem)
+
+    def _serve_again(self, problem: str) -> None:
+        """Back from being set aside, unless it was stopped or restarted meanwhile. Under a
+        load that lasted, a timed-out first word three times in a row set a template aside for
+        the rest of the server's life: its runs all cold (a numpy run ~10x the CPU)."""
+        if self.problem == problem and self._control is not None \
+                and self._proc is not None and self._proc.returncode is None:
+            self.failures = 0
+            self.ready, self.problem = True, ""
+            log.info("warm template %s of %s serves again", self.name, self.image)
 
     async def start(self) -> None:
         """Start the container and wait for the template's "ready"; on failure ``problem`` says
