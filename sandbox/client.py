@@ -251,6 +251,10 @@ class _EndpointPool:
 
 def _base_url(url: str) -> str:
     # Accept what verl users have at hand: ".../run_code" as well as the server's base URL.
+    if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+        # Said now, not as httpx's UnsupportedProtocol (no SandboxClientError) at the first call.
+        raise ValueError(f"sandbox endpoint {url!r} is not an http:// or https:// URL "
+                         "(give it as http://host:port)")
     url = url.rstrip("/")
     return url[: -len("/run_code")] if url.endswith("/run_code") else url
 

@@ -284,6 +284,16 @@ def test_request_body_api_key_and_base_url_forms(scripted):
                                "extra_key": 1}
 
 
+@pytest.mark.parametrize("url", ["localhost:8080", "127.0.0.1:8080/run_code", "ftp://host"])
+def test_an_endpoint_without_http_scheme_is_refused_when_the_client_is_made(url):
+    # Our configuration's fault, not the server's: said at once, with no retry loop, instead of
+    # httpx's UnsupportedProtocol (not a SandboxClientError) at the first call.
+    with pytest.raises(ValueError, match="http://host:port"):
+        SandboxClient(url)
+    with pytest.raises(ValueError, match="is not an http"):
+        AsyncSandboxClient(["http://127.0.0.1:8080", url])
+
+
 def test_sandbox_error_is_returned_unless_asked_to_raise(scripted):
     broken = {**OK_BODY, "status": "SandboxError", "message": "image missing", "run_result": None}
     server = scripted(default=(200, broken, {}, 0))
@@ -354,13 +364,6 @@ def test_async_client_retries_504_and_raises_422(scripted):
 
     assert asyncio.run(main()).run_result.stdout == "hi\n"
     assert len(server.received) == 3
-
-
-def test_non_retryable_transport_errors_propagate(scripted):
-    # An unsupported URL scheme is our configuration's fault, not the server's: no retry loop.
-    with SandboxClient("ftp://127.0.0.1:1", **FAST) as client, \
-            pytest.raises(httpx.UnsupportedProtocol):
-        client.run_code("print(1)", "python")
 
 
 # --- sessions: every call on the session's endpoint; create, fork and run retried only when
