@@ -41,7 +41,7 @@ import email.utils
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,9 +195,11 @@ class _EndpointPool:
         self._lock = threading.Lock()
         self._next = 0  # round-robin position among ties
 
-    def acquire(self, pinned: _Endpoint | None = None) -> _Endpoint:
+    def acquire(self, pinned: _Endpoint | None = None, tried: Collection[str] = ()) -> _Endpoint:
         """The endpoint for the next attempt: ``pinned`` if given (a session's), else the least
-        busy one that is up."""
+        busy one that is up, one the call has not ``tried`` (failed at) first: a read timeout
+        leaves its endpoint up, and a retry sent there again waits out another timeout while
+        another endpoint may be idle."""
         with self._lock:
             if pinned is not None:
                 pinned.in_flight += 1
@@ -205,6 +207,7 @@ class _EndpointPool:
             now = time.monotonic()
             n = len(self.endpoints)
             up = [i for i, e in enumerate(self.endpoints) if e.down_until <= now]
+            up = [i for i in up if self.endpoints[i].url not in tried] or up
             if up:
                 fewest = min(self.endpoints[i].in_flight for i in up)
                 tied = [i for i in up if self.endpoints[i].in_flight == fewest]
@@ -248,6 +251,10 @@ class _EndpointPool:
 
 def _base_url(url: str) -> str:
     # Accept what verl users have at hand: ".../run_code" as well as the server's base URL.
+    if not isinstance(url, str) or not url.lower().startswith(("http://", "https://")):
+        # Said now, not as httpx's UnsupportedProtocol (no SandboxClientError) at the first call.
+        raise ValueError(f"sandbox endpoint {url!r} is not an http:// or https:// URL "
+                         "(give it as http://host:port)")
     url = url.rstrip("/")
     return url[: -len("/run_code")] if url.endswith("/run_code") else url
 
@@ -421,11 +428,13 @@ class _ClientBase:
     def _timeout(self, read_s: float) -> httpx.Timeout:
         return httpx.Timeout(read_s, connect=self.connect_timeout_s)
 
-    def _result(self, body: Any) -> RunCodeResponse:
+    def _result(self, answered: tuple[_Endpoint, Any]) -> RunCodeResponse:
+        endpoint, body = answered
         try:
             result = RunCodeResponse.model_validate(body)
         except ValidationError as exc:
-            raise SandboxServerError(200, f"not a /run_code answer: {exc}", "/run_code") from None
+            raise SandboxServerError(200, f"not a /run_code answer (is it a sandbox server?): "
+                                          f"{exc}", endpoint.url + "/run_code") from None
         if self.raise_on_sandbox_error and result.status == "SandboxError":
             raise SandboxResultError(result)
         return result
@@ -446,7 +455,7 @@ class SandboxClient(_ClientBase):
         """POST /run_code. ``files`` values are base64; ``extra`` keys are sent as they are."""
         body, timeout = self._run_body(code, language, stdin, compile_timeout, run_timeout,
                                        memory_limit_MB, files, fetch_files, extra)
-        return self._result(self._post("/run_code", body, timeout))
+        return self._result(self._send(_Request("POST", "/run_code", body, timeout)))
 
     def evaluate(self, payload: dict, *, timeout: float | None = None) -> dict:
         """POST /v1/evaluate with ``payload`` as it is; returns the parsed JSON answer."""
@@ -469,7 +478,7 @@ class SandboxClient(_ClientBase):
         with self._slots:
             call = _Call(self, request)
             while True:
-                endpoint = self._pool.acquire(request.pinned)
+                endpoint = self._pool.acquire(request.pinned, call.failures)
                 call.attempts += 1
                 try:
                     outcome = call.response(endpoint, self._http.request(
@@ -519,7 +528,7 @@ class AsyncSandboxClient(_ClientBase):
         """POST /run_code. ``files`` values are base64; ``extra`` keys are sent as they are."""
         body, timeout = self._run_body(code, language, stdin, compile_timeout, run_timeout,
                                        memory_limit_MB, files, fetch_files, extra)
-        return self._result(await self._post("/run_code", body, timeout))
+        return self._result(await self._send(_Request("POST", "/run_code", body, timeout)))
 
     async def evaluate(self, payload: dict, *, timeout: float | None = None) -> dict:
         """POST /v1/evaluate with ``payload`` as it is; returns the parsed JSON answer."""
@@ -544,7 +553,7 @@ class AsyncSandboxClient(_ClientBase):
         async with self._slots:
             call = _Call(self, request)
             while True:
-                endpoint = self._pool.acquire(request.pinned)
+                endpoint = self._pool.acquire(request.pinned, call.failures)
                 call.attempts += 1
                 try:
                     outcome = call.response(endpoint, await self._http.request(
@@ -701,7 +710,7 @@ class SandboxSession(_SessionBase):
         interpreter's state was lost (the work directory is kept)."""
         request = self._run_request(code, stdin, compile_timeout, run_timeout, files,
                                     fetch_files, extra)
-        return self.client._result(self.client._send(request)[1])
+        return self.client._result(self.client._send(request))
 
     def fork(self) -> SandboxSession:
         """A new, independent session in this one's current state, made now on the same
@@ -753,7 +762,7 @@ class AsyncSandboxSession(_SessionBase):
         interpreter's state was lost (the work directory is kept)."""
         request = self._run_request(code, stdin, compile_timeout, run_timeout, files,
                                     fetch_files, extra)
-        return self.client._result((await self.client._send(request))[1])
+        return self.client._result(await self.client._send(request))
 
     async def fork(self) -> AsyncSandboxSession:
         """A new, independent session in this one's current state, made now on the same

@@ -54,7 +54,9 @@ def evaluation_request(in_outs: dict, generation: str, timeout: float, memory_li
         tests.append(test)
     body = {"code": generation, "language": language, "tests": tests, "compile_timeout": timeout,
             "run_timeout": timeout, "memory_limit_MB": memory_limit_mb}
-    if in_outs.get("fn_name"):
+    if in_outs.get("fn_name") and language == "python":
+        # verl wraps only Python programs in its function-call harness; for any other language
+        # it ignores fn_name and feeds each input to the program's stdin.
         body["fn_name"] = in_outs["fn_name"]
     return body
 
@@ -126,13 +128,22 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any,
     ``continuous``, the fraction passed). ``ground_truth`` is verl's ``in_outs`` (a dict or
     its JSON text); ``extra_info["language"]`` overrides ``language``."""
     try:
-        in_outs = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
+        in_outs = (json.loads(ground_truth) if isinstance(ground_truth, (str, bytes, bytearray))
+                   else ground_truth)
     except json.JSONDecodeError as exc:
         # One sample's bad test data scores 0, as verl's own sandbox_fusion compute_score does;
         # raising would end the trainer's whole step.
         log.error("compute_score: ground_truth is not JSON (%s); scored 0", exc)
         return 0.0
-    if isinstance(in_outs, dict) and isinstance(in_outs.get("assert_case"), list):
+    if not isinstance(in_outs, dict) or not all(
+            isinstance(in_outs[key], (list, tuple, str)) for key in ("inputs", "outputs")
+            if key in in_outs):
+        # A number, a list, or inputs/outputs that are not sequences (null, a number): verl's
+        # compute_score catches what its check_correctness raises on such data and scores 0.
+        log.error("compute_score: ground_truth is not verl's in_outs (a dict of lists): %.200r; "
+                  "scored 0", in_outs)
+        return 0.0
+    if isinstance(in_outs.get("assert_case"), list):
         # Assert-only test data (MBPP, HumanEval style): verl's compute_score gives each assert
         # an empty stdin and no expected output.
         asserts = in_outs["assert_case"]

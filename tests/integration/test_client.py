@@ -201,3 +201,30 @@ def test_verl_tool_example_config_is_accepted_by_the_server(two_servers):
     assert response.status_code == 200, response.text
     assert response.json()["run_result"]["stdout"] == "42\n"
     assert response.json()["memory_limit_MB"] == config["memory_limit_mb"]
+
+
+def test_a_retry_after_a_read_timeout_goes_to_another_endpoint(two_servers):
+    # A server that accepts and never answers (stopped, wedged) gives read timeouts, which do
+    # not mark it down (a run may just be slow). The call that timed out there must still try
+    # the other endpoint next, not wait out another timeout at the same one while it is idle.
+    _, good = two_servers
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(64)  # the kernel completes connections; nothing ever reads or answers
+        wedged = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        hooks: dict = {}
+        sent = attempt_counter(hooks)
+        with SandboxClient([wedged, good], max_attempts=2, timeout_margin_s=10, event_hooks=hooks,
+                           backoff_base_s=0.1) as client, \
+                concurrent.futures.ThreadPoolExecutor(1) as pool:
+            stuck = pool.submit(client.run_code, "print('retried')", "python",
+                                compile_timeout=1, run_timeout=1)
+            while not sent:
+                time.sleep(0.01)
+            # Meanwhile another call takes the good endpoint, so that both have none in
+            # flight when the stuck call's retry picks one (round-robin then points at the
+            # wedged one).
+            assert client.run_code("print(1)", "python").run_result.stdout == "1\n"
+            result = stuck.result()
+    assert result.run_result.stdout == "retried\n"
+    assert [u.startswith(wedged) for u in sent] == [True, False, False]

@@ -152,3 +152,33 @@ def test_verl_reward_file_loads_the_way_verl_loads_it(server):
     ground_truth = '{"inputs": ["1 2"], "outputs": ["3"]}'
     answer = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
     assert module.compute_score("codecontests", answer, ground_truth, sandbox_url=server) == 1.0
+
+
+def test_check_correctness_ignores_fn_name_for_other_languages_as_verl_does(server):
+    # verl wraps only Python in its function-call harness; a C++ program of a dataset row that
+    # has fn_name is fed its inputs on stdin (here the server's 422 made it -1 for every test).
+    from sandbox.verl import check_correctness
+
+    in_outs = {"inputs": ["1 2"], "outputs": ["3"], "fn_name": "add"}
+    assert check_correctness(server, in_outs, SUM["cpp"], language="cpp")[0] == [True]
+    assert check_correctness(server, in_outs, SUM["python"], language="python")[0] == [-1]
+
+
+@pytest.mark.parametrize("ground_truth", [
+    "5", "1.5", 7, {"inputs": None, "outputs": None}, {"inputs": ["1"], "outputs": None},
+    {"assert_case": ["assert True"], "inputs": None}, "[1, 2]", None])
+def test_compute_score_scores_malformed_ground_truth_0_as_verl_does(server, ground_truth):
+    # verl's compute_score catches what its check_correctness raises on such data; raising here
+    # would end the trainer's whole reward step.
+    from sandbox.verl import compute_score
+
+    answer = "```python\nprint(input())\n```"
+    assert compute_score("x", answer, ground_truth, sandbox_url=server) == 0.0
+
+
+def test_compute_score_reads_ground_truth_given_as_bytes(server):
+    from sandbox.verl import compute_score
+
+    answer = "```python\nprint(input())\n```"
+    ground_truth = b'{"inputs": ["1"], "outputs": ["1"]}'
+    assert compute_score("x", answer, ground_truth, sandbox_url=server) == 1.0

@@ -190,6 +190,25 @@ def test_read_timeout_is_retried_with_a_timeout_derived_from_the_request(scripte
     assert 0.8 <= elapsed < 2.0  # gave up on the slow first answer, did not wait it out
 
 
+def test_a_call_retried_after_a_read_timeout_tries_another_endpoint_first(scripted):
+    # A read timeout leaves its endpoint up (a run may just be slow), but the retry of that
+    # call goes to the other endpoint even when round-robin points back at the slow one.
+    slow = scripted(default=(200, OK_BODY, {}, 3.0))
+    fast = scripted()
+    with SandboxClient([slow.url, fast.url], max_attempts=2, timeout_margin_s=0.5,
+                       **FAST) as client:
+        stuck = threading.Thread(target=lambda: outcome.append(client.run_code(
+            "print('hi')", "python", compile_timeout=0.2, run_timeout=0.2)))
+        outcome: list = []
+        stuck.start()
+        while not slow.received:
+            time.sleep(0.01)
+        client.run_code("print('hi')", "python")  # the fast one: both idle at the retry
+        stuck.join()
+    assert outcome and outcome[0].status == "Success"
+    assert len(slow.received) == 1 and len(fast.received) == 2
+
+
 def test_gives_up_after_max_attempts_naming_each_endpoints_last_failure(scripted):
     busy = scripted(default=(503, {"detail": "overloaded"}, {}, 0))
     dead = closed_port_url()
@@ -265,6 +284,16 @@ def test_request_body_api_key_and_base_url_forms(scripted):
                                "extra_key": 1}
 
 
+@pytest.mark.parametrize("url", ["localhost:8080", "127.0.0.1:8080/run_code", "ftp://host"])
+def test_an_endpoint_without_http_scheme_is_refused_when_the_client_is_made(url):
+    # Our configuration's fault, not the server's: said at once, with no retry loop, instead of
+    # httpx's UnsupportedProtocol (not a SandboxClientError) at the first call.
+    with pytest.raises(ValueError, match="http://host:port"):
+        SandboxClient(url)
+    with pytest.raises(ValueError, match="is not an http"):
+        AsyncSandboxClient(["http://127.0.0.1:8080", url])
+
+
 def test_sandbox_error_is_returned_unless_asked_to_raise(scripted):
     broken = {**OK_BODY, "status": "SandboxError", "message": "image missing", "run_result": None}
     server = scripted(default=(200, broken, {}, 0))
@@ -304,8 +333,10 @@ def test_a_retryable_sandbox_error_is_retried_then_returned(scripted):
 
 def test_a_200_that_is_not_a_run_code_answer_raises_a_client_error(scripted):
     server = scripted((200, {"hello": "world"}, {}, 0))
-    with SandboxClient(server.url) as client, pytest.raises(SandboxServerError, match="status"):
+    with SandboxClient(server.url) as client, pytest.raises(SandboxServerError, match="status") as caught:
         client.run_code("print(1)", "python")
+    # The message names the endpoint that answered it, not just a path.
+    assert caught.value.url == f"{server.url}/run_code" and server.url in str(caught.value)
 
 
 def test_evaluate_passes_json_through_both_ways(scripted):
@@ -333,13 +364,6 @@ def test_async_client_retries_504_and_raises_422(scripted):
 
     assert asyncio.run(main()).run_result.stdout == "hi\n"
     assert len(server.received) == 3
-
-
-def test_non_retryable_transport_errors_propagate(scripted):
-    # An unsupported URL scheme is our configuration's fault, not the server's: no retry loop.
-    with SandboxClient("ftp://127.0.0.1:1", **FAST) as client, \
-            pytest.raises(httpx.UnsupportedProtocol):
-        client.run_code("print(1)", "python")
 
 
 # --- sessions: every call on the session's endpoint; create, fork and run retried only when
