@@ -259,7 +259,8 @@ def images(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def ray(args: argparse.Namespace, settings: Settings) -> int:
-    _keep_loopback_ray_address(args.address or os.environ.get("RAY_ADDRESS", ""))
+    address = args.address or os.environ.get("RAY_ADDRESS", "")
+    _keep_loopback_ray_address(address)
     try:
         import sandbox.ray as sandbox_ray
     except ImportError as exc:
@@ -275,7 +276,7 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
               file=sys.stderr)
         return 1
 
-    unreachable = _unreachable_ray_address(args.address or os.environ.get("RAY_ADDRESS", ""))
+    unreachable = _unreachable_ray_address(address)
     if unreachable:
         # ray.init retries an address nobody listens at for minutes, deaf to Ctrl-C.
         return no_cluster(unreachable)
@@ -314,19 +315,26 @@ def ray(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _ray_host_port(address: str) -> tuple[str, str]:
+    """HOST and PORT of a HOST:PORT (or ray://HOST:PORT) address as written; ("", "") for
+    anything else (auto, local, empty)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    return (host, port) if sep and host and port.isdigit() else ("", "")
+
+
 def _keep_loopback_ray_address(address: str) -> None:
     """A cluster on one machine runs its nodes at 127.0.0.1 (``node_ip_address``), and Ray
     rewrites a loopback address to this machine's routed one before connecting: where such a
     cluster does not listen, ray.init retried there for minutes. Ray's own switch keeps
     loopback addresses loopback; set (before Ray is imported) only when nothing answers at the
     routed address, since a cluster started there needs the rewrite."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host, port = _ray_host_port(address)
     host = host.strip("[]")
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not sep or not port.isdigit() or not loopback:
+    if not port or not loopback:
         return
     try:  # the address Ray picks: the source of a route to the internet (no packet is sent)
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -342,8 +350,8 @@ def _keep_loopback_ray_address(address: str) -> None:
 def _unreachable_ray_address(address: str, timeout_s: float = 5.0) -> str | None:
     """Why nothing answers at a HOST:PORT (or ray://HOST:PORT) address, or None (answered,
     or not an address of that form: auto, local, empty)."""
-    host, sep, port = address.removeprefix("ray://").rpartition(":")
-    if not sep or not host or not port.isdigit():
+    host, port = _ray_host_port(address)
+    if not port:
         return None
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()

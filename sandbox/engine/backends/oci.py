@@ -282,11 +282,14 @@ class OciSandbox:
             ours.close()
             if self._dying:  # its answer went before its processes were gone
                 self._dying.append(asyncio.create_task(
-                    self._end_cold(proc, name, self._dying.pop())))
+                    self._end_container(proc, name, self._dying.pop())))
             else:
-                await self._end_cold(proc, name)
+                await self._end_container(proc, name)
 
-    async def _end_cold(self, proc, name: str, dying: asyncio.Task | None = None) -> None:
+    async def _end_container(self, proc, name: str, dying: asyncio.Task | None = None) -> None:
+        """A step's container gone for good, after ``dying`` (a stopped step's own end): if
+        its runtime still runs, killed and deleted (a killed runtime leaves its state behind);
+        its bundle folder forgotten."""
         try:
             if dying is not None:
                 await dying
@@ -330,12 +333,7 @@ class OciSandbox:
             except asyncio.TimeoutError:
                 pass
             finally:  # not gone in time, or the request cancelled (a server shutting down)
-                if proc.returncode is None:
-                    await self._backend.kill(name)
-                    proc.kill()
-                    await wait_exit(proc, self._backend.runtime)
-                    # The runtime, killed, left the container's state and cgroup behind.
-                    await self._backend.delete(name)
+                await self._end_container(proc, name)
             await asyncio.wait(drains, timeout=2.0)
             for task in drains:
                 task.cancel()
