@@ -47,6 +47,14 @@ CHUNK = 1 << 16
 KERNELS = {"python": [sys.executable, os.path.join(LIB, "sandbox-kernel.py")],
            "bash": ["/bin/bash", "--noprofile", "--norc"]}
 
+# An execution still running this long after its interrupt (it catches KeyboardInterrupt, a
+# trap ignores SIGINT) has its interpreter killed, so that the context's next ones run; as a
+# session's call is (docs/sessions.md).
+INTERRUPT_GRACE_S = 1.0
+LOST = ("[the context's {language} interpreter was started again before this execution: an "
+        "earlier one did not stop within {grace:g} s of its interrupt (its timeout) and was "
+        "killed; the context's state is gone]\n")
+
 AT_THE_LIMIT = ("the sandbox is at its process limit (a fork bomb?): the command was killed; "
                 "kill what runs there, or the sandbox")
 channel: socket.socket
@@ -289,6 +297,7 @@ class Context:
         self.proc: subprocess.Popen | None = None
         self.done = threading.Event()
         self.dead = False
+        self.lost = False  # killed past its interrupt: the next execution is told
         self.lock = threading.Lock()
         self.start()
         threading.Thread(target=self.work, daemon=True).start()
@@ -431,6 +440,10 @@ class Context:
                 with self.lock:
                     if self.dead or self.proc is None:
                         self.start()
+                    lost, self.lost = self.lost, False
+                if lost:
+                    self.event({"ev": "stderr", "text": LOST.format(language=self.language,
+                                                                    grace=INTERRUPT_GRACE_S)})
             except (OSError, RuntimeError) as exc:  # RuntimeError: no thread (process limit)
                 self.event({"ev": "error", "name": "ContextError", "traceback": "",
                             "value": f"cannot start the {self.language} interpreter: {exc}"})
@@ -468,15 +481,30 @@ class Context:
                           else f"; builtin unset -v {name}" for name in names)
         # `builtin`: a cell may define its own printf or source (a function shadows a builtin);
         # the status line must still come, or the context waits for it until its timeout.
-        self.proc.stdin.write(f"builtin source {script} </dev/null; "
+        # The trap: an interrupt ends the cell (130), not the shell and its state, as Jupyter's
+        # bash kernel's interactive shell; set afresh for each cell, as bash runs it only once
+        # after a trap has returned from a foreground command's SIGINT.
+        self.proc.stdin.write(f"builtin trap 'builtin return 130 2>/dev/null' INT; "
+                              f"builtin source {script} </dev/null; "
                               f"builtin printf '%d\\n' $? >&{self.marker_fd}{restore}\n".encode())
         self.proc.stdin.flush()
 
     def interrupt(self) -> None:
-        proc = self.proc
-        if proc is not None and self.current is not None:
+        proc, execution = self.proc, self.current
+        if proc is not None and execution is not None:
             try:  # the group: a command the cell runs is interrupted too
                 os.killpg(proc.pid, signal.SIGINT)
+            except OSError:
+                pass
+            threading.Timer(INTERRUPT_GRACE_S, self.overdue, (proc, execution)).start()
+
+    def overdue(self, proc: subprocess.Popen, execution: int) -> None:
+        """The interrupted execution, should it still run: its interpreter is killed (`died`
+        ends it), else every later execution of the context would wait behind it."""
+        if self.current == execution and self.running_on is proc:
+            self.lost = True
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
             except OSError:
                 pass
 
@@ -511,6 +539,7 @@ def context_request(request: dict) -> None:
     elif op == "interrupt":
         context.interrupt()
     elif op == "restart":
+        context.lost = False  # the client asked for it: nothing to tell
         context.stop()  # pump reports the execution in flight; the next one starts afresh
         with context.lock:
             context.start()

@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +107,64 @@ def test_an_interpreter_that_dies_at_once_ends_the_execution_with_an_error(agent
         events = agent.until(request_id, {"end", "fail"})
         assert events[-1]["ev"] == "end"
         assert any(e["ev"] == "error" and "exit code 3" in e["value"] for e in events), events
+
+
+def test_an_execution_that_outlives_its_interrupt_has_its_interpreter_killed(agent_in):
+    """A cell that catches KeyboardInterrupt (a bare `except:` in a retry loop) would hold its
+    context for good, every later execution (the SDK's next run_code) waiting behind it: 1 s
+    after the interrupt its interpreter is killed, and the next execution, in a fresh one, is
+    told that the state is gone."""
+    agent = agent_in()
+    agent.send(op="context", id=1, context="c", language="python", cwd="")
+    agent.until(1, {"reply", "fail"})
+    agent.send(op="exec", id=2, context="c", code="x = 1", env={})
+    agent.until(2, {"end"})
+    agent.send(op="exec", id=3, context="c", env={},
+               code="import time\nwhile True:\n    try:\n        time.sleep(0.05)\n    except:\n        pass")
+    agent.send(op="exec", id=4, context="c", code="print(globals().get('x', 'gone'))", env={})
+    time.sleep(1)
+    agent.send(op="interrupt", id=5, context="c")
+    events = agent.until(3, {"end", "fail"})
+    assert [e["name"] for e in events if e["ev"] == "error"] == ["ContextRestarting"]
+    events = agent.until(4, {"end", "fail"})
+    stderr = "".join(e["text"] for e in events if e["ev"] == "stderr")
+    assert "did not stop within 1 s of its interrupt" in stderr and "state is gone" in stderr
+    assert [e["text"] for e in events if e["ev"] == "stdout"] == ["gone\n"]
+    agent.send(op="exec", id=6, context="c", code="print('once')", env={})  # told only once
+    assert [e["ev"] for e in agent.until(6, {"end", "fail"})] == ["stdout", "end"]
+
+
+def test_an_interrupted_bash_cell_ends_and_the_shell_keeps_its_state(agent_in):
+    """As Jupyter's bash kernel (an interactive shell): an interrupt ends the cell, whether it
+    waits for a command or loops in the shell itself, and the shell's variables stay; a cell
+    that ignores SIGINT is ended 1 s later with its shell."""
+    agent = agent_in()
+    agent.send(op="context", id=1, context="b", language="bash", cwd="", env={})
+    agent.until(1, {"reply", "fail"})
+    agent.send(op="exec", id=2, context="b", code="KEPT=state", env={})
+    agent.until(2, {"end"})
+    # (In a function the trap's return ends that function, not the whole cell.)
+    cells = {3: "sleep 100; echo after", 4: "while true; do :; done", 5: "sleep 100",
+             6: "for i in 1 2 3; do python3 -c 'import time; time.sleep(100)'; done; echo after"}
+    for request_id, code in cells.items():
+        agent.send(op="exec", id=request_id, context="b", code=code, env={})
+        time.sleep(0.5)
+        agent.send(op="interrupt", id=100 + request_id, context="b")
+        events = agent.until(request_id, {"end", "fail"})
+        assert [e["value"] for e in events if e["ev"] == "error"] == ["130"], (code, events)
+        assert not [e for e in events if e["ev"] == "stdout"], (code, events)
+        agent.send(op="exec", id=50 + request_id, context="b", code='echo "$KEPT"', env={})
+        events = agent.until(50 + request_id, {"end"})
+        assert [e["text"] for e in events if e["ev"] in ("stdout", "stderr")] == ["state\n"]
+    agent.send(op="exec", id=7, context="b", code="trap '' INT; sleep 100", env={})
+    time.sleep(0.5)
+    agent.send(op="interrupt", id=8, context="b")
+    events = agent.until(7, {"end", "fail"})
+    assert [e["name"] for e in events if e["ev"] == "error"] == ["ContextRestarting"]
+    agent.send(op="exec", id=9, context="b", code='echo "[$KEPT]"', env={})
+    events = agent.until(9, {"end"})
+    assert "state is gone" in "".join(e["text"] for e in events if e["ev"] == "stderr")
+    assert [e["text"] for e in events if e["ev"] == "stdout"] == ["[]\n"]
 
 
 def test_a_process_and_its_exit_code(agent_in):
