@@ -206,6 +206,20 @@ def test_pip_install_is_a_clear_line_not_a_crash(sbx):
     assert "Python 3" in "".join(sbx.run_code("!python3 --version").logs.stdout)
 
 
+def test_execution_count_is_each_contexts_own(sbx):
+    """E2B's execution_count is the context's Jupyter kernel's: one per context, an error
+    counted as IPython counts it, back to 1 when the kernel restarts."""
+    assert [sbx.run_code("1").execution_count for _ in range(2)] == [1, 2]
+    assert sbx.run_code("echo", language="bash").execution_count == 1
+    context = sbx.create_code_context()
+    assert sbx.run_code("1", context=context).execution_count == 1
+    assert sbx.run_code("1/0").execution_count == 3
+    sbx.restart_code_context(context)
+    assert sbx.run_code("1", context=context).execution_count == 1
+    assert sbx.run_code("import os; os._exit(0)").error.name == "ContextRestarting"
+    assert sbx.run_code("1").execution_count == 1
+
+
 def test_a_timed_out_cell_is_interrupted_and_the_next_one_runs(sbx):
     from e2b import TimeoutException
 

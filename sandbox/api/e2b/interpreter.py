@@ -60,6 +60,8 @@ async def _run(request: Request, sandbox: E2bSandbox, context: Context,
                 yield _line({"type": "result", **result, "is_main_result": bool(event.get("main"))})
             elif kind == "error":
                 failed = True
+                if event.get("name") == "ContextRestarting":  # as a Jupyter kernel restarted
+                    context.executions = 0
                 yield _line({"type": "error", "name": str(event.get("name", "")),
                              "value": str(event.get("value", "")),
                              "traceback": str(event.get("traceback", ""))})
@@ -140,9 +142,10 @@ def interpreter_router(services) -> APIRouter:
         except BackendError as exc:
             raise E2bError(502, not_running(sandbox.id, str(exc))) from None
         sandbox.executions += 1
+        context.executions += 1  # E2B's execution_count is the context's kernel's
         note_sandbox_call(request, context.language, code, sandbox.id,
                           sandbox.session.limits.memory_mb)
-        return StreamingResponse(_run(request, sandbox, context, events, sandbox.executions),
+        return StreamingResponse(_run(request, sandbox, context, events, context.executions),
                                  media_type=NDJSON)
 
     @router.post("/contexts", summary="E2B code interpreter: create a context")
@@ -176,6 +179,7 @@ def interpreter_router(services) -> APIRouter:
         sandbox = data_sandbox(sessions, request)
         context = context_of(sandbox, context_id)
         await agent_call(sandbox, "restart", context=context.id)
+        context.executions = 0
         return Response(status_code=204)
 
     @router.delete("/contexts/{context_id}", summary="E2B code interpreter: remove a context")

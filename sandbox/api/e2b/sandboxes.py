@@ -31,6 +31,7 @@ class Context:
     id: str
     language: str
     cwd: str
+    executions: int = 0  # its interpreter's execution_count, as a Jupyter kernel's
 
     def wire(self) -> dict:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
