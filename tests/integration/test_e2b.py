@@ -228,6 +228,26 @@ def test_a_timed_out_cell_is_interrupted_and_the_next_one_runs(sbx):
     assert sbx.run_code("21 * 2", timeout=scaled(30)).text == "42"
 
 
+
+def test_a_cell_that_outlives_its_interrupt_does_not_hold_its_context(sbx):
+    """A cell that catches KeyboardInterrupt has its interpreter killed 1 s after the
+    interrupt: the next cell runs in a fresh one and is told the state went. A bash cell's
+    interrupt ends the cell, not the shell: its variables stay."""
+    from e2b import TimeoutException
+
+    context = sbx.create_code_context()
+    sbx.run_code("kept = 1", context=context)
+    with pytest.raises(TimeoutException):
+        sbx.run_code("import time\nwhile True:\n try:\n  time.sleep(100)\n except KeyboardInterrupt:\n  pass",
+                     context=context, timeout=2)
+    after = sbx.run_code("'kept' in globals()", context=context, timeout=scaled(30))
+    assert after.text == "False"
+    assert "state is gone" in "".join(after.logs.stderr)
+    sbx.run_code("Z=7", language="bash")
+    with pytest.raises(TimeoutException):
+        sbx.run_code("sleep 100", language="bash", timeout=2)
+    assert sbx.run_code("echo Z=$Z", language="bash", timeout=scaled(30)).logs.stdout == ["Z=7\n"]
+
 # Files
 
 def test_files_write_read_list_exists_make_dir_remove(sbx):
