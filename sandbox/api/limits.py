@@ -6,6 +6,10 @@ import json
 
 from fastapi import HTTPException
 
+# Why a JSON body Python's parser gives up on (RecursionError) cannot be read.
+TOO_DEEP = "its arrays and objects nest too deeply"
+
+
 
 class BodySizeLimit:
     def __init__(self, app, max_bytes: int, own_limit_paths: frozenset[str] = frozenset()) -> None:
