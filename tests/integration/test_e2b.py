@@ -741,6 +741,20 @@ def test_json_python_cannot_hold_is_a_400_that_says_why(sbx, url):
         assert answer.status_code == 400, (path, answer.status_code, answer.text[:300])
         assert why in answer.json()["message"], (path, answer.text[:300])
     assert sbx.is_running() and sbx.run_code("6 * 7").text == "42"
+
+
+def test_a_body_over_the_servers_limit_is_a_413_that_says_so(sbx, url):
+    """A chunked body past SANDBOX_MAX_BODY_BYTES (128 MiB) to an E2B call: its 413 said
+    "POST /execute is not served here"."""
+    def chunks():
+        for _ in range(129):
+            yield b" " * (1 << 20)
+    for path in ("/execute", "/filesystem.Filesystem/Stat"):
+        answer = requests.post(f"{url}{path}", data=chunks(), timeout=scaled(120),
+                               headers={**data_headers(sbx), "Content-Type": "application/json"})
+        assert answer.status_code == 413, (path, answer.status_code, answer.text[:300])
+        assert "SANDBOX_MAX_BODY_BYTES" in answer.json()["message"], (path, answer.text[:300])
+    assert sbx.run_code("6 * 7").text == "42"
     made = requests.post(f"{url}/sandboxes", headers={"X-API-KEY": API_KEY}, timeout=scaled(30),
                          json={"templateID": "base", "envVars": {"A=B": "1"}})
     assert made.status_code == 400 and "envVars" in made.json()["message"], made.text

@@ -67,6 +67,8 @@ def install_e2b(app: FastAPI, services) -> None:
             return JSONResponse(status_code=422, content={"detail": f"invalid request: {why}"})
         path = request.url.path
         if _under(path, CONTROL_PLANE) or _under(path, DATA_PLANE):
+            if exc.status_code not in (404, 405):  # a body over SANDBOX_MAX_BODY_BYTES: 413
+                return E2bError(exc.status_code, str(exc.detail)).response()
             return E2bError(exc.status_code, f"{request.method} {path} is not served here "
                                              f"(docs/e2b.md lists what is)").response()
         return await http_exception_handler(request, exc)
