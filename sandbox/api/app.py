@@ -215,6 +215,12 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                 problems.append(f"body is not valid JSON (at character {at}: {why})")
                 continue
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body") or "body"
+            declared = request.headers.get("content-type")
+            if where == "body" and declared and isinstance(err.get("input"), bytes):
+                # A declared type that is not JSON: FastAPI left the body unparsed.
+                problems.append(f"body is not read as JSON: its Content-Type is {declared!r}; "
+                                f"send application/json")
+                continue
             problems.append(f"{where}: {err.get('msg')}")
         return JSONResponse(status_code=422, content={
             "detail": "invalid request: " + "; ".join(problems),

@@ -6,6 +6,21 @@ import json
 
 from fastapi import HTTPException
 
+# Why a JSON body Python's parser gives up on (RecursionError) cannot be read.
+TOO_DEEP = "its arrays and objects nest too deeply"
+
+
+def unreadable_body(exc: Exception) -> str | None:
+    """What is wrong with a JSON body FastAPI could not parse, where its own answer (400 "There
+    was an error parsing the body") would not say: bytes that are not UTF-8, or nesting deeper
+    than Python's parser recurses."""
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body is not valid JSON (it is not UTF-8: {cause})"
+    if isinstance(cause, RecursionError):
+        return f"body is not valid JSON this server reads: {TOO_DEEP}"
+    return None
+
 
 class BodySizeLimit:
     def __init__(self, app, max_bytes: int, own_limit_paths: frozenset[str] = frozenset()) -> None:

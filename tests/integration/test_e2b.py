@@ -744,6 +744,51 @@ def test_text_no_process_or_file_can_hold_is_refused_and_the_context_keeps_its_s
     cwd = requests.post(f"{url}/contexts", headers=data_headers(sbx), timeout=scaled(30),
                         json={"language": "python", "cwd": "/tm\ud800"})
     assert cwd.status_code == 400 and "cwd" in cwd.json()["message"], cwd.text
+
+
+def test_json_python_cannot_hold_is_a_400_that_says_why(sbx, url):
+    """JSON nested deeper than Python's parser recurses, an integer past a float's range as a
+    timeout (10**400), and a streaming call's body without its Connect envelope: each a 400
+    saying what is wrong, on every wire. They were 500s (RecursionError, OverflowError), and a
+    bare JSON body to Start was said to be "compressed"."""
+    deep = b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    huge = b'{"timeout": 1' + b"0" * 400 + b"}"
+    control = {"X-API-KEY": API_KEY, "Content-Type": "application/json"}
+    unary = {**data_headers(sbx), "Content-Type": "application/json"}
+    stream = {**data_headers(sbx), "Content-Type": "application/connect+json"}
+    calls = [("/v2/sandboxes", control, deep, "nest too deeply"),
+             ("/v2/sandboxes", control, huge, "timeout of 401 digits is above"),
+             (f"/sandboxes/{sbx.sandbox_id}/timeout", control, deep, "nest too deeply"),
+             (f"/sandboxes/{sbx.sandbox_id}/timeout", control, huge, "timeout of 401 digits is above"),
+             (f"/v2/sandboxes/{sbx.sandbox_id}/connect", control, huge, "timeout of 401 digits is above"),
+             ("/filesystem.Filesystem/Stat", unary, deep, "nest too deeply"),
+             ("/process.Process/List", unary, deep, "nest too deeply"),
+             ("/process.Process/Start", stream, struct.pack(">BI", 0, len(deep)) + deep,
+              "nest too deeply"),
+             ("/process.Process/Start", stream, b'{"process": {"cmd": "/bin/true"}}',
+              "not a Connect stream envelope"),
+             ("/execute", unary, deep, "nest too deeply"),
+             ("/contexts", unary, deep, "nest too deeply")]
+    for path, headers, body, why in calls:
+        # A fresh connection each: a 500 used to end the connection it came on.
+        answer = requests.post(f"{url}{path}", data=body, headers=headers, timeout=scaled(30))
+        assert answer.status_code == 400, (path, answer.status_code, answer.text[:300])
+        assert why in answer.json()["message"], (path, answer.text[:300])
+    assert sbx.is_running() and sbx.run_code("6 * 7").text == "42"
+
+
+def test_a_body_over_the_servers_limit_is_a_413_that_says_so(sbx, url):
+    """A chunked body past SANDBOX_MAX_BODY_BYTES (128 MiB) to an E2B call: its 413 said
+    "POST /execute is not served here"."""
+    def chunks():
+        for _ in range(129):
+            yield b" " * (1 << 20)
+    for path in ("/execute", "/filesystem.Filesystem/Stat"):
+        answer = requests.post(f"{url}{path}", data=chunks(), timeout=scaled(120),
+                               headers={**data_headers(sbx), "Content-Type": "application/json"})
+        assert answer.status_code == 413, (path, answer.status_code, answer.text[:300])
+        assert "SANDBOX_MAX_BODY_BYTES" in answer.json()["message"], (path, answer.text[:300])
+    assert sbx.run_code("6 * 7").text == "42"
     made = requests.post(f"{url}/sandboxes", headers={"X-API-KEY": API_KEY}, timeout=scaled(30),
                          json={"templateID": "base", "envVars": {"A=B": "1"}})
     assert made.status_code == 400 and "envVars" in made.json()["message"], made.text

@@ -66,6 +66,24 @@ def test_malformed_json_gets_a_422_that_says_so(client, raw, fragment):
     assert fragment in response.json()["detail"]
 
 
+@pytest.mark.parametrize("path", ["/run_code", "/v1/evaluate", "/v1/sessions", "/run_jupyter"])
+@pytest.mark.parametrize("raw, content_type, fragment", [
+    # FastAPI's own answer to these was a 400 "There was an error parsing the body".
+    (b'{"code": "print(1)\xff", "language": "python"}', "application/json",
+     "body is not valid JSON (it is not UTF-8: 'utf-8' codec can't decode byte 0xff in position 18"),
+    (b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "application/json",
+     "body is not valid JSON this server reads: its arrays and objects nest too deeply"),
+    # A declared type that is not JSON: the body was said not to be an object.
+    (b'{"code": "print(1)", "language": "python"}', "text/plain",
+     "body is not read as JSON: its Content-Type is 'text/plain'; send application/json"),
+])
+def test_a_body_json_cannot_be_read_from_gets_a_422_that_says_why(client, path, raw, content_type,
+                                                                    fragment):
+    response = client.post(path, content=raw, headers={"content-type": content_type})
+    assert response.status_code == 422, response.text[:300]
+    assert fragment in response.json()["detail"]
+
+
 def test_schema_errors_are_readable(client):
     response = client.post("/run_code", json={"language": "python"})
     assert response.status_code == 422

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.exception_handlers import http_exception_handler
+from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
+from ..limits import unreadable_body
 from ..observability import answered_elsewhere
 from ...sessions.registry import SESSION_ID
 from .control import control_router
@@ -59,9 +61,14 @@ def install_e2b(app: FastAPI, services) -> None:
     @app.exception_handler(HTTPException)
     async def unknown_route(request: Request, exc: HTTPException):
         """A path or method this server does not serve, under E2B's paths: in E2B's shape (its
-        SDK cannot read FastAPI's `detail`)."""
+        SDK cannot read FastAPI's `detail`). It is the app's one handler of HTTPException: a
+        JSON body FastAPI could not parse gets the 422 saying why that malformed JSON gets."""
+        if exc.status_code == 400 and (why := unreadable_body(exc)) is not None:
+            return JSONResponse(status_code=422, content={"detail": f"invalid request: {why}"})
         path = request.url.path
         if _under(path, CONTROL_PLANE) or _under(path, DATA_PLANE):
+            if exc.status_code not in (404, 405):  # a body over SANDBOX_MAX_BODY_BYTES: 413
+                return E2bError(exc.status_code, str(exc.detail)).response()
             return E2bError(exc.status_code, f"{request.method} {path} is not served here "
                                              f"(docs/e2b.md lists what is)").response()
         return await http_exception_handler(request, exc)

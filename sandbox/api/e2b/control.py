@@ -61,11 +61,13 @@ def template_spec(services, template: str) -> RuntimeSpec:
 def _timeout(value, ceiling: float) -> float:
     if value is None:
         return float(min(DEFAULT_TIMEOUT_S, ceiling))
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value <= 0:
+    # An int is compared as it is: one past a float's range (JSON's 10**400) cannot be made one.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, float) and not math.isfinite(value)) or value <= 0:
         raise E2bError(400, f"timeout must be a positive number of seconds, got {value!r}")
     if value > ceiling:
-        raise E2bError(400, f"timeout {value:g} s is above this server's ceiling of {ceiling:g} s "
+        told = f"timeout {value:g} s" if value < 1e300 else f"timeout of {len(str(value))} digits"
+        raise E2bError(400, f"{told} is above this server's ceiling of {ceiling:g} s "
                             f"(SANDBOX_MAX_SESSION_LIFETIME_S)")
     return float(value)
 

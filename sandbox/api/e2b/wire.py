@@ -10,6 +10,8 @@ from datetime import datetime, timezone
 from fastapi import Request
 from fastapi.responses import JSONResponse
 
+from ..limits import TOO_DEEP
+
 # What the SDK gates features on (e2b/envd/versions.py): 0.6.4 clears every gate we serve
 # (stdin, close_stdin, octet-stream uploads; file metadata, which it also clears, is refused
 # out loud: envd.py).
@@ -102,6 +104,10 @@ def unframe(body: bytes) -> dict:
         raise RpcError("invalid_argument", "the request is not a Connect stream envelope "
                                            "(5-byte header, then the JSON message)")
     flags, length = struct.unpack(">BI", body[:5])
+    if flags & ~0x03:  # Connect's flags are 0x01 (compressed) and 0x02 (end of stream) only
+        raise RpcError("invalid_argument", f"the request is not a Connect stream envelope (its "
+                                           f"first byte is {flags:#04x}, not a flags byte): "
+                                           f"send a 5-byte header, then the JSON message")
     if flags & 0x01:
         raise RpcError("invalid_argument", "compressed Connect messages are not accepted; send "
                                         "identity encoding")
@@ -116,6 +122,8 @@ def _object(raw: bytes) -> dict:
         message = json.loads(raw or b"{}")
     except ValueError as exc:
         raise RpcError("invalid_argument", f"the message is not JSON: {exc}") from None
+    except RecursionError:
+        raise RpcError("invalid_argument", f"the message is not JSON this server reads: {TOO_DEEP}") from None
     if not isinstance(message, dict):
         raise RpcError("invalid_argument", "the message must be a JSON object")
     return message
@@ -133,6 +141,8 @@ async def rest_body(request: Request) -> dict:
         body = json.loads(raw) if raw.strip() else {}
     except ValueError as exc:
         raise E2bError(400, f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise E2bError(400, f"the body is not JSON this server reads: {TOO_DEEP}") from None
     if not isinstance(body, dict):
         raise E2bError(400, "the body must be a JSON object")
     return body
