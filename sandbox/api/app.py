@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from .. import __version__
 from ..assets import AssetStore
 from ..config import Settings, get_settings
-from ..engine import Engine, Overloaded
+from ..engine import ClientGone, Engine, Overloaded
 from ..engine.compile_cache import CompileCache
 from ..engine.instance_lock import InstanceLock
 from ..engine.backends import Backend, BackendError
@@ -233,6 +233,11 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
                             content={"detail": f"sandbox busy: {exc}; retry shortly",
                                      "error_kind": "overloaded", "retryable": True})
 
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone):
+        # No one reads it; the metrics and the audit log do (nginx's "client closed request").
+        return JSONResponse(status_code=499, content={"detail": f"not run: {exc}"})
+
     @app.exception_handler(InvalidRequest)
     async def invalid_request(request: Request, exc: InvalidRequest):
         return JSONResponse(status_code=422, content={"detail": str(exc)})
@@ -255,7 +260,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             return RunCodeResponse(status="SandboxError", message=str(exc), executor_pod_name=HOSTNAME,
                                    error_kind="language_unavailable", retryable=False)
         engine_started = time.perf_counter()
-        result = await services.engine.run(job)
+        result = await services.engine.run(job, abandoned=request.is_disconnected)
         engine_s = time.perf_counter() - engine_started
         body = to_response(result, job, req.fetch_files)
         note_run_result(request, job, result, body.status, engine_s)

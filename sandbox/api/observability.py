@@ -74,6 +74,8 @@ def status_label(http_status: int, verdict: str | None) -> str:
         return verdict
     if http_status == 504:
         return "busy_504"
+    if http_status == 499:
+        return "client_gone"
     if 400 <= http_status < 500:
         return f"rejected_{http_status}"
     if http_status >= 500:
@@ -218,7 +220,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "sandbox_requests", "Requests to run code, by language and outcome: the verdict "
-            "(Success, Failed, SandboxError) or the HTTP refusal (rejected_4xx, busy_504).",
+            "(Success, Failed, SandboxError) or the HTTP refusal (rejected_4xx, busy_504), or client_gone: "
+            "its client left while it waited for a sandbox, and it did not run.",
             ["language", "status"], registry=self.registry)
         self.errors = Counter(
             "sandbox_errors", "Requests that failed or were refused, by kind.", ["kind"],

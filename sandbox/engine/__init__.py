@@ -1,6 +1,7 @@
 """Jobs in, results out. The door is ``Engine.run(job)``."""
 
+from .admission import ClientGone
 from .engine import Engine, Overloaded
 from .models import Job, JobResult, Limits, StepResult, StepStatus
 
-__all__ = ["Engine", "Overloaded", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]
+__all__ = ["ClientGone", "Engine", "Overloaded", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]

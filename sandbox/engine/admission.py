@@ -64,6 +64,11 @@ class Overloaded(RuntimeError):
         self.retry_after_s = retry_after_s
 
 
+class ClientGone(RuntimeError):
+    """The client that sent the job closed its connection while the job waited for a sandbox:
+    no one would read its answer, so it does not run."""
+
+
 class RateWindow:
     """Samples of a counter (CPU seconds used, idle seconds) over the last ``SHARE_WINDOW_S``
     and one sample more: how fast it grew over that window."""
@@ -100,10 +105,11 @@ class Ticket:
     """One admitted sandbox. ``meter``, once the sandbox exists, returns the CPU seconds its
     running step has used (None between steps: it counts as computing then)."""
 
-    __slots__ = ("meter", "computing", "settled", "_cpu")
+    __slots__ = ("meter", "computing", "settled", "waited", "_cpu")
 
     def __init__(self) -> None:
         self.meter: Callable[[], float | None] | None = None
+        self.waited = False  # it was queued before it was admitted
         self.computing = True
         self.settled = False  # its program is done: only its removal is left (Admission.settle)
         self._cpu = RateWindow()  # of the running step
@@ -240,7 +246,9 @@ class Admission:
                                      next(self._arrivals), waiter))
         self._ensure_sampler()
         try:
-            return await asyncio.wait_for(asyncio.shield(waiter), budget_s)
+            ticket = await asyncio.wait_for(asyncio.shield(waiter), budget_s)
+            ticket.waited = True
+            return ticket
         except BaseException as exc:  # the wait timed out, or the request was cancelled
             if waiter.done() and not waiter.cancelled():
                 self.leave(waiter.result())  # granted just as the wait ended: give it back

@@ -17,10 +17,10 @@ import dataclasses
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence
 
 from ..runtimes import RuntimeSpec
-from .admission import Admission, Overloaded, Ticket
+from .admission import Admission, ClientGone, Overloaded, Ticket
 from .backends.base import Backend, BackendError
 from .compile_cache import CachedCompile, CompileCache, compile_key
 from .deadline import FairDeadline
@@ -113,7 +113,10 @@ class Engine:
             return
         self._overheads.append(max(0.0, took_s - run.wall_time_s))
 
-    async def run(self, job: Job) -> JobResult:
+    async def run(self, job: Job, abandoned: Callable[[], Awaitable[bool]] | None = None) -> JobResult:
+        """``abandoned``: whether the client has gone (its connection closed), asked when the
+        job is admitted after a wait: a job no one waits for any more does not run (ClientGone),
+        so that a client that gave up (a timeout, an evaluation stopped) frees the queue."""
         arrived = time.monotonic()
         async with self._compile_claim(job) as claim:
             if claim.known_error:
@@ -123,7 +126,8 @@ class Engine:
             # clock started when it sent the request.
             budget = self.wait_budget(job, compiles) - (time.monotonic() - arrived)
             result, claim.entry = await self._admitted(job, claim.cached, claim.owner,
-                                                       max(0.0, budget), arrived, answer_first=True)
+                                                       max(0.0, budget), arrived, answer_first=True,
+                                                       abandoned=abandoned)
             return result
 
     @staticmethod
@@ -150,7 +154,9 @@ class Engine:
 
     async def _admitted(self, job: Job, cached: CachedCompile | None, want_artifacts: bool = False,
                         budget_s: float | None = None, arrived: float | None = None,
-                        answer_first: bool = False) -> tuple[JobResult, CachedCompile | None]:
+                        answer_first: bool = False,
+                        abandoned: Callable[[], Awaitable[bool]] | None = None
+                        ) -> tuple[JobResult, CachedCompile | None]:
         """Wait for a free sandbox, then run ``job`` in it: (result, compile cache entry or None).
         The queue is in order of arrival (``arrived``: before any wait for a compile); a job
         refused with a 504 and sent again keeps its first try's place: clients retry a 504
@@ -161,6 +167,9 @@ class Engine:
         try:
             ticket = await held.enter_async_context(
                 self.slot(budget_s, self._fingerprint(job), arrived))
+            if ticket.waited and abandoned is not None and await abandoned():
+                raise ClientGone("the client closed its connection while the request waited "
+                                 "for a sandbox")
             answer = await self._run_in_sandbox(job, cached, want_artifacts, ticket, held)
         except BaseException:
             await held.aclose()

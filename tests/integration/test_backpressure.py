@@ -61,3 +61,42 @@ def test_docker_warm_pool_serves_prestarted_single_use_containers(docker_ready, 
         assert set(used) <= ready, (used, ready, queue_state)
         assert len(set(used)) == 2  # never reused
     client.close()
+
+
+def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path):
+    """A client that gives up while its request waits for a sandbox (a timeout, an evaluation
+    stopped with ^C) takes its request out of the queue: it is not run when its turn comes,
+    and the next waiting request gets the sandbox at once."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    def sandbox_requests(url) -> dict[str, float]:
+        counts = {}
+        for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
+            if line.startswith("sandbox_requests_total{"):
+                counts[line.split('status="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
+        return counts
+
+    with running_server(tmp_path, max_concurrency=1, queue_timeout_s=scaled(60)) as url:
+        def post(code, timeout=10):
+            return requests.post(f"{url}/run_code", json={"code": code, "language": "python",
+                                                           "run_timeout": timeout}, timeout=scaled(60))
+
+        address = urlsplit(url)
+        body = json.dumps({"code": "print('abandoned')", "language": "python"}).encode()
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            slow = pool.submit(post, "import time\ntime.sleep(3)\nprint('slept')")
+            time.sleep(1.0)  # the slow one holds the only sandbox
+            for _ in range(5):  # sent whole, then the client goes
+                with socket.create_connection((address.hostname, address.port)) as sock:
+                    sock.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                    time.sleep(0.1)
+            assert requests.get(f"{url}/v1/queue", timeout=5).json()["waiting"] >= 5
+            kept = pool.submit(post, "print('kept')")
+            assert slow.result().json()["run_result"]["stdout"] == "slept\n"
+            assert kept.result().json()["run_result"]["stdout"] == "kept\n"
+        counts = sandbox_requests(url)
+        assert counts.get("client_gone") == 5, counts
+        assert counts.get("Success") == 2, counts
