@@ -168,6 +168,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     import uvicorn
 
     from .api import create_app
+    from .api.limits import with_read_deadline
     from .engine.backends.host import leave_hybrid_cgroups
 
     if settings.backend != "docker":
@@ -195,6 +196,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
         print(f"sandbox serve: {problem}", file=sys.stderr)
         return 2
     uvicorn.run(app, host=host, port=port, log_level="info", loop=EVENT_LOOP,
+                http=with_read_deadline(settings.request_read_timeout_s),
                 timeout_keep_alive=KEEP_ALIVE_S,
                 access_log=False)  # a log line per request costs more than the request's HTTP
     return 0

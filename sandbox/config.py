@@ -257,6 +257,12 @@ class Settings(BaseSettings):
         description="Per-stream cap on stdout/stderr; a program that passes it is stopped.")
     max_body_bytes: int = Field(
         128 * MiB, ge=1024, description="Largest request body accepted; larger ones get HTTP 413.")
+    request_read_timeout_s: float = Field(
+        60.0, gt=0, le=3600,
+        description="Longest a client may take to send a request's headers and body (`sandbox "
+                    "serve`); past it the connection is closed, with HTTP 408 if the headers had "
+                    "not come: clients that open connections and send nothing hold a descriptor "
+                    "each until then. Idle keep-alive connections are closed after 75 s.")
     max_request_files_bytes: int = Field(
         64 * MiB, ge=0,
         description="Total size of the `files` a request places in the sandbox: decoded "

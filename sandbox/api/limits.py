@@ -1,10 +1,12 @@
-"""ASGI middleware that refuses request bodies over a size limit with HTTP 413."""
+"""HTTP-level limits: request bodies over a size (413), requests slower than a deadline (408)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 from fastapi import HTTPException
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # Why a JSON body Python's parser gives up on (RecursionError) cannot be read.
 TOO_DEEP = "its arrays and objects nest too deeply"
@@ -56,3 +58,57 @@ class BodySizeLimit:
             return message
 
         await self.app(scope, limited_receive, send)
+
+
+class RequestReadDeadline(HttpToolsProtocol):
+    """uvicorn's HTTP protocol with a deadline for each request to arrive whole, its headers
+    and its body (``read_timeout_s``): uvicorn has none, so a client that opens connections and
+    sends nothing, or a byte at a time (slowloris), held a descriptor each for good (6,000 of
+    them slowed a ``print(1)`` to 5 s). A connection between requests keeps uvicorn's own
+    keep-alive timeout; the deadline starts with a connection and with each request's first byte."""
+
+    read_timeout_s = 60.0
+    _read_deadline: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        if self._read_deadline is None:
+            self._arm()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._disarm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        self._read_deadline = self.loop.call_later(self.read_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._read_deadline is not None:
+            self._read_deadline.cancel()
+            self._read_deadline = None
+
+    def _too_slow(self) -> None:
+        self._read_deadline = None
+        if self.transport.is_closing():
+            return
+        if self.cycle is None or self.cycle.response_complete:  # its headers never came
+            message = (f"the request did not arrive within {self.read_timeout_s:g} s "
+                       f"(SANDBOX_REQUEST_READ_TIMEOUT_S)").encode()
+            self.transport.write(b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; "
+                                 b"charset=utf-8\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
+                                 % (len(message), message))
+        # Else the app is reading the body: it sees the client's disconnect.
+        self.transport.close()
+
+
+def with_read_deadline(seconds: float) -> type[RequestReadDeadline]:
+    """The protocol class ``uvicorn.run(http=...)`` takes, with this deadline."""
+    return type("RequestReadDeadline", (RequestReadDeadline,), {"read_timeout_s": seconds})
