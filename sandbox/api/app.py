@@ -287,7 +287,7 @@ def create_app(settings: Settings | None = None, backend: Backend | None = None)
             raise InvalidRequest(f"interactive problems need the oci backend; this server runs "
                                  f"the {services.engine.backend.name} backend (SANDBOX_BACKEND)")
         started = time.perf_counter()
-        result = await services.judge.evaluate(evaluation)
+        result = await services.judge.evaluate(evaluation, abandoned=request.is_disconnected)
         body = to_evaluate_response(result)
         note_evaluation_result(request, evaluation, result, body.status, time.perf_counter() - started)
         return body

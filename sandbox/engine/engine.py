@@ -167,9 +167,7 @@ class Engine:
         try:
             ticket = await held.enter_async_context(
                 self.slot(budget_s, self._fingerprint(job), arrived))
-            if ticket.waited and abandoned is not None and await abandoned():
-                raise ClientGone("the client closed its connection while the request waited "
-                                 "for a sandbox")
+            await self._still_wanted(ticket, abandoned)
             answer = await self._run_in_sandbox(job, cached, want_artifacts, ticket, held)
         except BaseException:
             await held.aclose()
@@ -185,6 +183,13 @@ class Engine:
             self._failed(answer[0], job, exc)
             return answer[0], None
         return answer
+
+    @staticmethod
+    async def _still_wanted(ticket: Ticket | None, abandoned: Callable[[], Awaitable[bool]] | None) -> None:
+        """ClientGone when the job's client left while it waited for its ``ticket``."""
+        if ticket is not None and ticket.waited and abandoned is not None and await abandoned():
+            raise ClientGone("the client closed its connection while the request waited for a "
+                             "sandbox")
 
     @staticmethod
     async def _close_after_answer(held: contextlib.AsyncExitStack, job: Job) -> None:
@@ -237,13 +242,15 @@ class Engine:
 
     @asynccontextmanager
     async def test_session(self, job: Job, budget_s: float, share: bool = False,
-                           take_slot: bool = True) -> AsyncIterator["PreparedProgram"]:
+                           take_slot: bool = True,
+                           abandoned: Callable[[], Awaitable[bool]] | None = None
+                           ) -> AsyncIterator["PreparedProgram"]:
         """Compile ``job``'s program once (or replay it from the compile cache) in a fresh
         sandbox and yield it ready to run test after test; ``budget_s`` bounds the session.
         With ``share``, the program keeps what its compile made, so that ``extra_test_session``
         can run it in more sandboxes without compiling again. ``take_slot=False``: a sandbox
         that serves one already holding a slot (an interactor beside its program), not
-        counted again.
+        counted again. ``abandoned``: as ``run``'s.
 
         The sandbox, its slot and everything in it are gone when the block ends."""
         async with self._compile_claim(job) as claim:
@@ -251,18 +258,20 @@ class Engine:
                 yield PreparedProgram(job, _replayed(claim.cached), None, None)
                 return
             slot = self.slot(key=self._fingerprint(job)) if take_slot else contextlib.nullcontext()
-            async with slot as ticket, self._open(job, ticket) as box:
-                result = JobResult(sandbox_id=box.id[:12])
-                ok, claim.entry = await self._prepare(box, job, result, claim.cached,
-                                                      claim.owner or share)
-                if not ok:
-                    yield PreparedProgram(job, result.compile, None, result.sandbox_id,
-                                          oom_killed=result.oom_killed)
-                    return
-                artifact = (claim.cached or claim.entry) if share else None
-                async with box.test_session(budget_s) as session:
-                    yield PreparedProgram(job, result.compile, session, result.sandbox_id,
-                                          artifact=artifact, shareable=share)
+            async with slot as ticket:
+                await self._still_wanted(ticket, abandoned)
+                async with self._open(job, ticket) as box:
+                    result = JobResult(sandbox_id=box.id[:12])
+                    ok, claim.entry = await self._prepare(box, job, result, claim.cached,
+                                                          claim.owner or share)
+                    if not ok:
+                        yield PreparedProgram(job, result.compile, None, result.sandbox_id,
+                                              oom_killed=result.oom_killed)
+                        return
+                    artifact = (claim.cached or claim.entry) if share else None
+                    async with box.test_session(budget_s) as session:
+                        yield PreparedProgram(job, result.compile, session, result.sandbox_id,
+                                              artifact=artifact, shareable=share)
 
     @asynccontextmanager
     async def extra_test_session(self, program: "PreparedProgram", budget_s: float,

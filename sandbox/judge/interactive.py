@@ -38,6 +38,7 @@ import os
 import re
 import signal
 import time
+from typing import Awaitable, Callable
 
 from ..engine import Engine
 from ..engine.backends.base import BackendError, SandboxEndedByProgram
@@ -91,7 +92,8 @@ class InteractiveJudge:
         self.judge = judge
         self._cpus = itertools.cycle(sorted(os.sched_getaffinity(0)))  # the CPU of each test
 
-    async def evaluate(self, ev: Evaluation, started: float) -> EvaluationResult:
+    async def evaluate(self, ev: Evaluation, started: float,
+                       abandoned: Callable[[], Awaitable[bool]] | None = None) -> EvaluationResult:
         assert ev.interactor is not None
         interactor, limits = ev.interactor, ev.job.limits
         per_test = limits.run_timeout_s
@@ -108,7 +110,8 @@ class InteractiveJudge:
         work = WorkQueue(ev, [None] * len(ev.tests), deadline)
         share = self.judge.max_parallel > 1 and len(ev.tests) > 1
         try:
-            async with self.engine.test_session(ev.job, budget, share=share) as program:
+            async with self.engine.test_session(ev.job, budget, share=share,
+                                                abandoned=abandoned) as program:
                 result.compile, result.sandbox_id = program.compile, program.sandbox_id
                 if not program.compiled:
                     return self.judge._not_compiled(ev, result, program.compile_oom_killed)

@@ -65,16 +65,20 @@ class Judge:
         self.max_parallel = max_parallel
         self._spreading: set[WorkQueue] = set()  # evaluations that want more sandboxes now
 
-    async def evaluate(self, evaluation: Evaluation) -> EvaluationResult:
+    async def evaluate(self, evaluation: Evaluation,
+                       abandoned: Callable[[], Awaitable[bool]] | None = None) -> EvaluationResult:
+        """``abandoned``: whether the client has gone, asked once the evaluation's sandbox is
+        free after a wait (``Engine.run``'s): then it does not run (ClientGone)."""
         started = time.monotonic()
         if evaluation.interactor is not None:
-            result = await self.interactive.evaluate(evaluation, started)
+            result = await self.interactive.evaluate(evaluation, started, abandoned)
         else:
-            result = await self._evaluate(evaluation, started)
+            result = await self._evaluate(evaluation, started, abandoned)
         result.total_time_s = time.monotonic() - started
         return result
 
-    async def _evaluate(self, ev: Evaluation, started: float) -> EvaluationResult:
+    async def _evaluate(self, ev: Evaluation, started: float,
+                        abandoned: Callable[[], Awaitable[bool]] | None = None) -> EvaluationResult:
         job = ev.job
         files = dict(job.files)
         argvs: list[list[str] | None] = []
@@ -100,7 +104,8 @@ class Judge:
         work = WorkQueue(ev, argvs, deadline)
         share = self.max_parallel > 1 and len(ev.tests) > 1
         try:
-            async with self.engine.test_session(job, budget, share=share) as program:
+            async with self.engine.test_session(job, budget, share=share,
+                                                abandoned=abandoned) as program:
                 result.compile, result.sandbox_id = program.compile, program.sandbox_id
                 if not program.compiled:
                     return self._not_compiled(ev, result, program.compile_oom_killed)

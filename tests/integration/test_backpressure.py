@@ -84,19 +84,21 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
                                                            "run_timeout": timeout}, timeout=scaled(60))
 
         address = urlsplit(url)
-        body = json.dumps({"code": "print('abandoned')", "language": "python"}).encode()
+        run = json.dumps({"code": "print('abandoned')", "language": "python"}).encode()
+        evaluation = json.dumps({"code": "print(input())", "language": "python",
+                                 "tests": [{"stdin": "1", "expected_output": "1"}]}).encode()
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             slow = pool.submit(post, "import time\ntime.sleep(3)\nprint('slept')")
             time.sleep(1.0)  # the slow one holds the only sandbox
-            for _ in range(5):  # sent whole, then the client goes
+            for path, body in [("/run_code", run)] * 5 + [("/v1/evaluate", evaluation)] * 3:
                 with socket.create_connection((address.hostname, address.port)) as sock:
-                    sock.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-                    time.sleep(0.1)
-            assert requests.get(f"{url}/v1/queue", timeout=5).json()["waiting"] >= 5
+                    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+                    time.sleep(0.1)  # sent whole, then the client goes
+            assert requests.get(f"{url}/v1/queue", timeout=5).json()["waiting"] >= 8
             kept = pool.submit(post, "print('kept')")
             assert slow.result().json()["run_result"]["stdout"] == "slept\n"
             assert kept.result().json()["run_result"]["stdout"] == "kept\n"
         counts = sandbox_requests(url)
-        assert counts.get("client_gone") == 5, counts
+        assert counts.get("client_gone") == 8, counts
         assert counts.get("Success") == 2, counts
