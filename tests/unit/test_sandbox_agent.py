@@ -5,6 +5,7 @@ dies, even at once, ends the execution in flight with an error instead of leavin
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -51,8 +52,19 @@ class Agent:
                     return events
 
     def close(self) -> None:
+        # Its interpreters and commands run in sessions of their own (in a container they die
+        # with it): a test that failed with a loop still running would leave it spinning.
+        import psutil
+
+        try:
+            left = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            left = []
         self.proc.kill()
         self.proc.wait()
+        for process in left:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.kill()
 
 
 @pytest.fixture
