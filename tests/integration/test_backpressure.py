@@ -88,7 +88,7 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
         evaluation = json.dumps({"code": "print(input())", "language": "python",
                                  "tests": [{"stdin": "1", "expected_output": "1"}]}).encode()
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            slow = pool.submit(post, "import time\ntime.sleep(3)\nprint('slept')")
+            slow = pool.submit(post, "import time\ntime.sleep(6)\nprint('slept')")
             time.sleep(1.0)  # the slow one holds the only sandbox
             for path, body in [("/run_code", run)] * 5 + [("/v1/evaluate", evaluation)] * 3:
                 with socket.create_connection((address.hostname, address.port)) as sock:
