@@ -141,7 +141,6 @@ def interpreter_router(services) -> APIRouter:
             raise E2bError(400, exc.message) from None
         except BackendError as exc:
             raise E2bError(502, not_running(sandbox.id, str(exc))) from None
-        sandbox.executions += 1
         context.executions += 1  # E2B's execution_count is the context's kernel's
         note_sandbox_call(request, context.language, code, sandbox.id,
                           sandbox.session.limits.memory_mb)

@@ -104,7 +104,6 @@ class E2bSandbox:
     contexts: dict[str, Context] = field(default_factory=dict)
     defaults: dict[str, str] = field(default_factory=dict)   # language -> its default context
     processes: dict[int, Process] = field(default_factory=dict)  # by pid
-    executions: int = 0
     # Two first cells at once start one default context, not two.
     _starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
