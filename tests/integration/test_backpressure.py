@@ -71,12 +71,7 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
     import socket
     from urllib.parse import urlsplit
 
-    def sandbox_requests(url) -> dict[str, float]:
-        counts = {}
-        for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
-            if line.startswith("sandbox_requests_total{"):
-                counts[line.split('status="')[1].split('"')[0]] = float(line.rsplit(" ", 1)[1])
-        return counts
+    from .test_observability import scrape, value
 
     with running_server(tmp_path, max_concurrency=1, queue_timeout_s=scaled(60)) as url:
         def post(code, timeout=10):
@@ -99,6 +94,6 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
             kept = pool.submit(post, "print('kept')")
             assert slow.result().json()["run_result"]["stdout"] == "slept\n"
             assert kept.result().json()["run_result"]["stdout"] == "kept\n"
-        counts = sandbox_requests(url)
-        assert counts.get("client_gone") == 8, counts
-        assert counts.get("Success") == 2, counts
+        samples = scrape(url)
+        assert value(samples, "sandbox_requests_total", language="python", status="client_gone") == 8, samples
+        assert value(samples, "sandbox_requests_total", language="python", status="Success") == 2, samples
