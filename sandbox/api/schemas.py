@@ -15,7 +15,7 @@ class AssetRef(BaseModel):
     """A file's content by reference instead of base64: an asset stored with PUT /v1/assets
     (or in the server's asset folder) by its SHA-256, or a file of the asset folder by name."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     sha256: str | None = Field(
         None, description="SHA-256 (64 hex digits) of an asset PUT to /v1/assets or in the "
@@ -34,7 +34,7 @@ FILES_FIELD = ("Path -> content, placed before compiling: base64 text, null (ski
 
 
 class RunCodeRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
     language: str = Field(description=LANGUAGE_FIELD, examples=["python"])
@@ -128,7 +128,7 @@ class AssetListing(BaseModel):
 # --- POST /v1/evaluate: one program against many test cases -------------------------------
 
 class TestCaseIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     stdin: str = Field("", description="Fed to the program (for `fn_name` tests: one JSON "
                                        "argument per line, as verl sends them).")
@@ -148,7 +148,7 @@ JUDGE_COMPILE_TIMEOUT_FLOOR_S = 30.0
 
 
 class CheckerIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: str = Field(description="Any served language.")
     code: str = Field(description="Gets three paths: input, program output, expected output "
@@ -163,7 +163,7 @@ class CheckerIn(BaseModel):
 
 
 class InteractorIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: str = Field(description="Any served language (compiled once per request).")
     code: str = Field(description="Talks with the program through its stdin and stdout; gets the "
@@ -184,7 +184,7 @@ CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]
 
 
 class EvaluateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     code: str = Field(description="The program text.")
     language: str = Field(description=LANGUAGE_FIELD)

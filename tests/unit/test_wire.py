@@ -84,6 +84,20 @@ def test_a_body_json_cannot_be_read_from_gets_a_422_that_says_why(client, path, 
     assert fragment in response.json()["detail"]
 
 
+@pytest.mark.parametrize("path, raw, fragment", [
+    # Python's json (and so a Python client's json.dumps) writes NaN and Infinity.
+    ("/v1/evaluate", b'{"language": "python", "code": "x", "tests": [{"stdin": ""}], "rel_tol": NaN}',
+     "rel_tol: Input should be a finite number"),
+    ("/run_jupyter", b'{"cells": ["1"], "cell_timeout": NaN}', "cell_timeout: Input should be a finite number"),
+    ("/run_code", b'{"language": "python", "code": "x", "run_timeout": Infinity}',
+     "run_timeout: Input should be a finite number"),
+])
+def test_nan_and_infinity_are_refused_by_name(client, path, raw, fragment):
+    response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    assert response.status_code == 422, response.text[:300]
+    assert fragment in response.json()["detail"]
+
+
 def test_schema_errors_are_readable(client):
     response = client.post("/run_code", json={"language": "python"})
     assert response.status_code == 422
