@@ -65,8 +65,9 @@ class Overloaded(RuntimeError):
 
 
 class ClientGone(RuntimeError):
-    """The client that sent the job closed its connection while the job waited for a sandbox:
-    no one would read its answer, so it does not run."""
+    """The client that sent the job closed its connection while the job waited for a sandbox
+    (it does not run) or while its program ran (the program is stopped): no one would read
+    its answer."""
 
 
 class RateWindow:

@@ -36,6 +36,9 @@ REFUSED_FOR_S = 120.0
 REFUSED_MEMORY = 8192
 OVERHEADS_KEPT = 64  # recent runs' time outside their steps (Engine.start_overhead_s)
 MAX_ARTIFACT_BYTES = 256 << 20
+# How often a running program's client is asked whether it is still there (a run shorter than
+# this is never asked: the question costs the event loop a little).
+CLIENT_CHECK_S = 1.0
 
 
 class Engine:
@@ -115,8 +118,9 @@ class Engine:
 
     async def run(self, job: Job, abandoned: Callable[[], Awaitable[bool]] | None = None) -> JobResult:
         """``abandoned``: whether the client has gone (its connection closed), asked when the
-        job is admitted after a wait: a job no one waits for any more does not run (ClientGone),
-        so that a client that gave up (a timeout, an evaluation stopped) frees the queue."""
+        job is admitted after a wait and while its program runs: a job no one waits for any more
+        does not run, or stops (ClientGone), so that a client that gave up (a timeout, an
+        evaluation stopped) frees the queue and the CPU."""
         arrived = time.monotonic()
         async with self._compile_claim(job) as claim:
             if claim.known_error:
@@ -168,7 +172,8 @@ class Engine:
             ticket = await held.enter_async_context(
                 self.slot(budget_s, self._fingerprint(job), arrived))
             await self._still_wanted(ticket, abandoned)
-            answer = await self._run_in_sandbox(job, cached, want_artifacts, ticket, held)
+            answer = await self._run_in_sandbox(job, cached, want_artifacts, ticket, held,
+                                                abandoned)
         except BaseException:
             await held.aclose()
             raise
@@ -359,14 +364,15 @@ class Engine:
 
     async def _run_in_sandbox(self, job: Job, cached: CachedCompile | None,
                               want_artifacts: bool, ticket: Ticket | None,
-                              held: contextlib.AsyncExitStack
+                              held: contextlib.AsyncExitStack,
+                              abandoned: Callable[[], Awaitable[bool]] | None = None
                               ) -> tuple[JobResult, CachedCompile | None]:
         """``held`` removes the sandbox when the caller closes it."""
         result = JobResult()
         began = time.monotonic()
         try:
             box = await held.enter_async_context(self._open(job, ticket))
-            answer = await self.run_steps(box, job, cached, want_artifacts, result)
+            answer = await self.run_steps(box, job, cached, want_artifacts, result, abandoned)
             if ticket is not None and box.quiet:
                 self.admission.settle(ticket)  # its removal is the server's work, not a program's
             self._note_overhead(result, time.monotonic() - began)
@@ -381,17 +387,28 @@ class Engine:
         result.error_kind = exc.kind
 
     async def run_steps(self, box, job: Job, cached: CachedCompile | None = None,
-                        want_artifacts: bool = False, result: JobResult | None = None
+                        want_artifacts: bool = False, result: JobResult | None = None,
+                        abandoned: Callable[[], Awaitable[bool]] | None = None
                         ) -> tuple[JobResult, CachedCompile | None]:
         """Write, compile and run ``job`` in ``box`` (fresh, or a session's kept sandbox whose
-        work directory persists), then read back its ``fetch_files``. BackendError passes."""
+        work directory persists), then read back its ``fetch_files``. BackendError passes.
+        ``abandoned``: the client is asked every ``CLIENT_CHECK_S`` while the program runs
+        (not while it compiles: a compile is cached for others); gone, the program is stopped
+        as its deadline would stop it and the job ends with ClientGone."""
         result = result if result is not None else JobResult()
         limits, spec = job.limits, job.spec
         result.sandbox_id = box.id[:12]
         compiled, entry = await self._prepare(box, job, result, cached, want_artifacts)
         if not compiled:
             return result, entry
-        result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s, limits.output_bytes)
+        # Stopped by the backend's own kill, as at a deadline: nothing of a warm fork or a
+        # container is left behind, as a cancelled step could leave it.
+        with ClientWatch(abandoned, box.stop_step) as watch:
+            result.run = await box.execute(spec.run, job.stdin, limits.run_timeout_s,
+                                           limits.output_bytes)
+        if watch.gone:
+            raise ClientGone("the client closed its connection while its program ran: the "
+                             "program was stopped")
         await self._note_memory(box, result, job)
         # What a program wrote before it was stopped at its deadline or output cap is read
         # back as SandboxFusion reads it, where the stop left the files (a Docker container's
@@ -491,6 +508,45 @@ class PreparedProgram:
                 path.endswith(spec.zygote_skip_suffixes) for path in [*self.job.files, *(files or ())]):
             zygote = ()
         return await self.session.run(argv, stdin, timeout_s, output_limit, files, zygote, pipes, cpu=cpu)
+
+
+class ClientWatch:
+    """While a job's programs run, asks its client every ``CLIENT_CHECK_S`` whether it is
+    still there (``abandoned``); once it is not, calls ``on_gone`` (once) and says ``gone``."""
+
+    def __init__(self, abandoned: Callable[[], Awaitable[bool]] | None,
+                 on_gone: Callable[[], None]) -> None:
+        self._abandoned = abandoned
+        self._on_gone = on_gone
+        self._timer: asyncio.TimerHandle | None = None
+        self._asking: asyncio.Task | None = None
+        self.gone = False
+
+    def __enter__(self) -> "ClientWatch":
+        if self._abandoned is not None:
+            self._timer = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._ask)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._asking is not None:
+            self._asking.cancel()
+
+    def _ask(self) -> None:
+        self._asking = asyncio.ensure_future(self._check())
+
+    async def _check(self) -> None:
+        try:
+            gone = await self._abandoned()
+        except Exception as exc:  # noqa: BLE001 - a question about the client is no reason to fail its run
+            log.warning("could not tell whether a client is still there: %s", exc)
+            return
+        if gone:
+            self.gone = True
+            self._on_gone()
+        else:
+            self._timer = asyncio.get_running_loop().call_later(CLIENT_CHECK_S, self._ask)
 
 
 def _replayed(cached: CachedCompile) -> StepResult:

@@ -17,8 +17,8 @@ import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator, Awaitable, Callable
 
-from ..engine import Engine
-from ..engine.engine import PreparedProgram
+from ..engine import ClientGone, Engine
+from ..engine.engine import ClientWatch, PreparedProgram
 from ..engine.backends.base import BackendError, SandboxEndedByProgram
 from ..engine.models import StepStatus
 from ..engine.runner_protocol import TestRun
@@ -26,7 +26,7 @@ from .compare import compare_call_result, compare_output
 from .harness import assert_program, function_call_program, marker_line
 from .interactive import InteractiveJudge, judge_side_failure
 from .models import Checker, Evaluation, EvaluationResult, TestCase, TestOutcome, Verdict
-from .workqueue import BUDGET_FLOOR_S, WorkQueue
+from .workqueue import BUDGET_FLOOR_S, Halt, WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,9 @@ class Judge:
     async def evaluate(self, evaluation: Evaluation,
                        abandoned: Callable[[], Awaitable[bool]] | None = None) -> EvaluationResult:
         """``abandoned``: whether the client has gone, asked once the evaluation's sandbox is
-        free after a wait (``Engine.run``'s): then it does not run (ClientGone)."""
+        free after a wait (``Engine.run``'s): then it does not run (ClientGone); and while its
+        tests run: then no more tests start, and it ends with ClientGone once the running ones
+        end."""
         started = time.monotonic()
         if evaluation.interactor is not None:
             result = await self.interactive.evaluate(evaluation, started, abandoned)
@@ -110,8 +112,12 @@ class Judge:
                 if not program.compiled:
                     return self._not_compiled(ev, result, program.compile_oom_killed)
                 work.workers = 1
-                async with self._spread(work, program, budget):
-                    await self._run_tests(work, program)
+                with ClientWatch(abandoned, lambda: work.halt(Halt.GONE)) as watch:
+                    async with self._spread(work, program, budget):
+                        await self._run_tests(work, program)
+                if watch.gone:
+                    raise ClientGone("the client closed its connection while its tests ran: "
+                                     "no more tests were started")
         except SandboxEndedByProgram:
             pass  # the test that did it is recorded
         except BackendError as exc:

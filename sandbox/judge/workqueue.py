@@ -29,6 +29,7 @@ class Halt(enum.Enum):
     BUDGET = "budget"  # total_timeout_s is (nearly) used up
     ENDED = "ended"    # a test ended its sandbox (SandboxEndedByProgram)
     BROKEN = "broken"  # a sandbox failed (BackendError)
+    GONE = "gone"      # the client closed its connection: no one reads the verdicts
 
 
 class WorkQueue:

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from ..conftest import running_server
+from ..conftest import require_oci, running_server
 from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -97,3 +97,46 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
         samples = scrape(url)
         assert value(samples, "sandbox_requests_total", language="python", status="client_gone") == 8, samples
         assert value(samples, "sandbox_requests_total", language="python", status="Success") == 2, samples
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/run_code", {"language": "python", "code": "while True:\n    pass", "run_timeout": 40}),
+    ("/run_code", {"language": "bash", "code": "while :; do :; done", "run_timeout": 40}),
+    ("/v1/evaluate", {"language": "python", "code": "import time\ntime.sleep(1)\nprint(input())",
+                      "run_timeout": 5,
+                      "tests": [{"stdin": "1", "expected_output": "1"}] * 30}),
+], ids=["python-warm", "bash-cold", "evaluate"])
+def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, path, body):
+    """A client that gives up while its program runs (verl's timeout on a loop; an evaluation
+    stopped with ^C) stops the program within seconds, through the same kill as a deadline
+    (a warm fork's and a container's: the server checks nothing is left behind), or, for an
+    evaluation, starts no more of its tests: its sandbox goes to the next request instead of
+    running for no one until its limit (40 s; 30 one-second tests)."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    from .test_observability import scrape, value
+
+    require_oci()
+    with running_server(tmp_path, backend="oci", max_concurrency=1,
+                        queue_timeout_s=scaled(60)) as url:
+        address = urlsplit(url)
+        payload = json.dumps(body).encode()
+        with socket.create_connection((address.hostname, address.port)) as sock:
+            sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload))
+            deadline = time.monotonic() + scaled(20)
+            while requests.get(f"{url}/v1/queue", timeout=5).json()["running"] < 1:
+                assert time.monotonic() < deadline, "the request never started"
+                time.sleep(0.2)
+            time.sleep(1.5)  # running: then the client goes
+        left = time.monotonic()
+        after = requests.post(f"{url}/run_code", json={"language": "python", "code": "print('next')"},
+                              timeout=scaled(60))
+        took = time.monotonic() - left
+        assert after.json()["run_result"]["stdout"] == "next\n"
+        assert took < scaled(12), f"the next request waited {took:.1f} s: the program ran on"
+        language = body["language"]
+        samples = scrape(url)
+        assert value(samples, "sandbox_requests_total", language=language, status="client_gone") == 1, samples

@@ -34,6 +34,9 @@ class SlowlyRemovedBox:
     async def execute(self, argv, stdin, timeout_s, output_limit):
         return StepResult(StepStatus.FINISHED, 0, 0.01, stdout=b"1\n")
 
+    def stop_step(self):
+        pass  # its step ends at once
+
     async def memory_facts(self):
         return MemoryFacts(None, None)
 

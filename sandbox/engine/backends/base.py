@@ -78,6 +78,11 @@ class Sandbox(Protocol):
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult: ...
 
+    def stop_step(self) -> None:
+        """End the running step (or the next, if none runs yet) now, as its deadline would:
+        no one waits for its answer any more. Where a backend cannot, the step runs on."""
+        ...
+
     async def read_files(self, paths: Sequence[str], limit_bytes: int) -> dict[str, bytes]: ...
 
     async def read_outputs(self, exclude: set[str],

@@ -117,6 +117,9 @@ class DockerSandbox:
             raise BackendError(f"could not read the compile step's output files: {result.error}")
         return tarball.unpack_outputs(result.stdout, exclude)
 
+    def stop_step(self) -> None:
+        pass  # a step is the Docker SDK's blocking call in a thread: it ends at its deadline
+
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
         return await self._backend.call(self._execute, list(argv), stdin, timeout_s, output_limit)

@@ -97,6 +97,9 @@ class OciSandbox:
         # Stopped steps whose processes were still dying when their answer went: the next step
         # and close() wait for them (so during a step it holds only that step's).
         self._dying: list[asyncio.Task] = []
+        # Set by stop_step (its client left): ends the running step as its deadline would.
+        self._stop_step: asyncio.Event | None = None
+        self._stop_asked = False
 
     async def write_files(self, files: dict[str, bytes],
                           executables: frozenset[str] = frozenset()) -> None:
@@ -210,6 +213,13 @@ class OciSandbox:
         """A finished step's bundle folder: the runtime read its config.json at start. A
         session runs many steps in one sandbox, and the bundle tmpfs is small."""
         shutil.rmtree(self.bundle_dir / f"step{name.rsplit('-', 1)[1]}", ignore_errors=True)
+
+    def stop_step(self) -> None:
+        """End the running step now (its client left), through the same kill as a deadline;
+        a step that has not started yet stops as soon as it starts."""
+        self._stop_asked = True
+        if self._stop_step is not None:
+            self._stop_step.set()
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
@@ -342,7 +352,9 @@ class OciSandbox:
                          stdin: bytes, started: float, deadline: FairDeadline,
                          limit: int, kill: Callable[[], Awaitable[None]]) -> StepResult:
         stdout, stderr = CappedBuffer(limit), CappedBuffer(limit)
-        flooded = asyncio.Event()
+        stop = self._stop_step = asyncio.Event()  # its output flooded, or stop_step
+        if self._stop_asked:
+            stop.set()
         status_sock.setblocking(False)
 
         async def feed() -> None:
@@ -361,13 +373,13 @@ class OciSandbox:
             # container's output, and it cannot exit while blocked on a full pipe.
             while chunk := await stream.read(1 << 16):
                 if not buf.write(chunk):
-                    flooded.set()
+                    stop.set()
 
         feeder = asyncio.create_task(feed())
         drains = [asyncio.create_task(drain(proc.stdout, stdout)),
                   asyncio.create_task(drain(proc.stderr, stderr))]
         status_task = asyncio.create_task(read_status(status_sock))
-        flood_task = asyncio.create_task(flooded.wait())
+        stop_task = asyncio.create_task(stop.wait())
         timed_out = False
         cpu = self._running_cpu
         self._cpu_time_s = None
@@ -375,7 +387,7 @@ class OciSandbox:
         try:
             wait_s = deadline.timeout_s - (time.monotonic() - started)
             while True:
-                done, _ = await asyncio.wait({status_task, flood_task}, timeout=max(0.0, wait_s),
+                done, _ = await asyncio.wait({status_task, stop_task}, timeout=max(0.0, wait_s),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if done or self._time_is_up(deadline, started, cpu, proc.pid):
                     break
@@ -391,7 +403,7 @@ class OciSandbox:
                 status_task.cancel()
                 await asyncio.wait({status_task})
             status_sock.close()  # lets init exit
-            stopped = flooded.is_set() or not done
+            stopped = stop.is_set() or not done
             if stopped:
                 timed_out = not done
                 if not line:  # what it used until now, read before its cgroup empties
@@ -412,7 +424,8 @@ class OciSandbox:
                 # The pipes close once every process of the container is gone.
                 await asyncio.wait(drains, timeout=2.0)
         finally:
-            tasks = {feeder, *drains, status_task, flood_task}
+            self._stop_step = None
+            tasks = {feeder, *drains, status_task, stop_task}
             for task in tasks:
                 task.cancel()
             await asyncio.wait(tasks)  # none may still watch the socket execute() closes next
@@ -429,8 +442,8 @@ class OciSandbox:
         if line.startswith("failed "):  # a warm child's set-up, before any program ran
             raise WarmUnavailable(line)
         exit_code = parse_status(line)
-        if flooded.is_set():
-            exit_code = -9  # we stopped it
+        if stop.is_set():
+            exit_code = -9  # we stopped it: its output flooded, or its client left
         elif exit_code is None:
             # No word from sandbox-init: the runtime failed to start the sandbox (its message
             # is on stderr), or init itself was killed. Either way not the program's verdict.
