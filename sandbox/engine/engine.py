@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable, Sequence
+from typing import AsyncIterator, Awaitable, Callable, Sequence, TypeVar
 
 from ..runtimes import RuntimeSpec
 from .admission import Admission, ClientGone, Overloaded, Ticket
@@ -29,6 +29,7 @@ from .paths import top_level_names
 from .runner_protocol import TestRun
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 OOM_SLACK_BYTES = 1 << 20
 # A job refused with a 504 and sent again within this time keeps its place in the queue.
@@ -70,7 +71,8 @@ class Engine:
         self.on_sandbox_open: Callable[[float], None] | None = None
         # Those seconds, a moving average: what one more sandbox costs a request in time.
         self.sandbox_open_s = 0.0
-        self._closing: set[asyncio.Task] = set()  # sandboxes of answered jobs, being removed
+        # Sandboxes of answered jobs, being removed; jobs whose caller was cancelled, ending.
+        self._closing: set[asyncio.Task] = set()
         self._overheads: collections.deque[float] = collections.deque(maxlen=OVERHEADS_KEPT)
 
     async def close(self) -> None:
@@ -120,7 +122,39 @@ class Engine:
         """``abandoned``: whether the client has gone (its connection closed), asked when the
         job is admitted after a wait and while its program runs: a job no one waits for any more
         does not run, or stops (ClientGone), so that a client that gave up (a timeout, an
-        evaluation stopped) frees the queue and the CPU."""
+        evaluation stopped) frees the queue and the CPU. Cancelled, the job ends as if its
+        client had gone (``finish_when_cancelled``)."""
+        return await self.finish_when_cancelled(lambda gone: self._run(job, gone), abandoned)
+
+    async def finish_when_cancelled(self, work: Callable[[Callable[[], Awaitable[bool]]], Awaitable[T]],
+                                    abandoned: Callable[[], Awaitable[bool]] | None) -> T:
+        """``work(gone)`` as a task of its own, so that cancelling its caller (Ray Serve
+        cancels a request whose client left; a handle call's caller gives up) does not cancel a
+        sandbox's step midway: a step cancelled there could leave a warm fork running outside
+        admission, and its cgroup behind. The cancellation reaches the caller at once; the work
+        is told its client is gone (``gone()``: ``abandoned()``, or True once cancelled), so
+        that its run stops as at a deadline and its sandbox is removed as usual; ``close``
+        waits for it."""
+        cancelled = False
+
+        async def gone() -> bool:
+            return cancelled or (abandoned is not None and await abandoned())
+
+        task = asyncio.ensure_future(work(gone))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+            self._closing.add(task)
+            task.add_done_callback(self._forget_unfinished)
+            raise
+
+    def _forget_unfinished(self, task: asyncio.Task) -> None:
+        self._closing.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its ClientGone has no one to go to
+
+    async def _run(self, job: Job, abandoned: Callable[[], Awaitable[bool]]) -> JobResult:
         arrived = time.monotonic()
         async with self._compile_claim(job) as claim:
             if claim.known_error:

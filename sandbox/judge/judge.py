@@ -70,7 +70,12 @@ class Judge:
         """``abandoned``: whether the client has gone, asked once the evaluation's sandbox is
         free after a wait (``Engine.run``'s): then it does not run (ClientGone); and while its
         tests run: then no more tests start, and it ends with ClientGone once the running ones
-        end."""
+        end. Cancelled, it ends as if its client had gone (``Engine.finish_when_cancelled``)."""
+        return await self.engine.finish_when_cancelled(
+            lambda gone: self._evaluate_any(evaluation, gone), abandoned)
+
+    async def _evaluate_any(self, evaluation: Evaluation,
+                            abandoned: Callable[[], Awaitable[bool]]) -> EvaluationResult:
         started = time.monotonic()
         if evaluation.interactor is not None:
             result = await self.interactive.evaluate(evaluation, started, abandoned)

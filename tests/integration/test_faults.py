@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import os
 import shutil
 import signal
@@ -315,3 +316,68 @@ def test_full_disk_gives_a_clear_error_and_the_server_recovers(docker_ready, tmp
             assert post("print(3)").json()["run_result"]["stdout"] == "3\n"
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_requests_cancelled_at_random_moments_leave_nothing_running(docker_ready, tmp_path):
+    """A request cancelled in the server (Ray Serve cancels one whose client left; a handle
+    call's caller gives up) at any moment, its warm fork half made included, leaves no program
+    running outside admission: the job finishes as if its client had gone. Before, about one
+    in 60 such cancellations left a looping warm fork running to its backstop, uncounted."""
+    import asyncio
+    import random
+
+    from fastapi.testclient import TestClient
+
+    from sandbox.api import create_app
+    from sandbox.api.schemas import RunCodeRequest
+    from sandbox.api.translate import build_job
+    from sandbox.config import Settings
+    from sandbox.engine.cgroups import CGROUP_ROOT
+
+    from ..conftest import assert_nothing_left, require_oci
+
+    require_oci()
+    instance = f"pytest-cancel-{uuid.uuid4().hex[:6]}"
+    settings = Settings(backend="oci", instance=instance, max_concurrency=8)
+    app = create_app(settings)
+
+    def running_programs() -> list[str]:
+        """Run cgroups of the instance that hold a process (its templates' aside)."""
+        parent = f"llm-sandbox-{instance}"
+        found = []
+        for procs in [*CGROUP_ROOT.glob(f"*/{parent}/*/cgroup.procs"),
+                      *CGROUP_ROOT.glob(f"{parent}/*/cgroup.procs")]:
+            if not procs.parent.name.startswith("template-") and procs.read_text().split():
+                found.append(str(procs.parent))
+        return found
+
+    async def drill() -> list[str]:
+        services = app.state.services
+        engine = services.engine
+        templates = engine.backend.templates
+        deadline = time.monotonic() + scaled(120)
+        while not (templates.all() and all(t.ready for t in templates.all())):
+            assert time.monotonic() < deadline, "the warm templates never got ready"
+            await asyncio.sleep(0.2)
+        rng = random.Random(7)
+        for number in range(120):
+            code = "while True:\n    pass" if number % 2 else "print('x')"
+            job = build_job(RunCodeRequest(language="python", code=code, run_timeout=2),
+                            services.registry, settings, services.assets)
+            call = asyncio.ensure_future(engine.run(job))
+            await asyncio.sleep(rng.uniform(0, 0.03))  # often while the fork is made
+            call.cancel()
+            with contextlib.suppress(BaseException):
+                await call
+        deadline = time.monotonic() + scaled(60)
+        while engine.running and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not engine.running
+        assert templates.runs["warm"] > 0
+        return running_programs()
+
+    with TestClient(app) as client:
+        assert client.portal.call(drill) == []
+        answer = client.post("/run_code", json={"language": "python", "code": "print(2)"}).json()
+        assert answer["run_result"]["stdout"] == "2\n"
+    assert_nothing_left(instance)
