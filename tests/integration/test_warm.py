@@ -364,6 +364,19 @@ def test_random_streams_differ_between_runs(warm):
         assert len({v[column] for v in values}) == 3, outputs
 
 
+def test_a_program_that_sets_its_environment_before_importing_starts_cold(warm, cold):
+    # The template's pandas read PANDAS_COPY_ON_WRITE when the template imported it: a fork
+    # would modify the frame through a copy of its column.
+    code = ("import os\nos.environ['PANDAS_COPY_ON_WRITE'] = '1'\nimport pandas as pd\n"
+            "frame = pd.DataFrame({'a': [1, 2]})\ncolumn = frame['a']\ncolumn[0] = 100\n"
+            "print(frame.a.tolist())")
+    before = _starts(warm)
+    warm_run, cold_run = _run(warm, code), _run(cold, code)
+    assert warm_run["run_result"]["stdout"] == "[1, 2]\n", warm_run
+    assert _comparable(warm_run) == _comparable(cold_run)
+    assert _starts(warm)["cold"] == before.get("cold", 0) + 1
+
+
 def test_memory_counts_what_the_run_uses_not_the_template(warm):
     small = _run(warm, "import numpy\nprint(1)")
     assert small["memory_peak_MB"] < 40, small  # the template's ~100 MB are not the run's
