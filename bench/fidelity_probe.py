@@ -19,7 +19,6 @@ import concurrent.futures
 import difflib
 import json
 import re
-import sys
 
 import requests
 
@@ -147,7 +146,6 @@ print(len({d.find(i) for i in range(10)}))
 """,
     "memo_fib": """
 from functools import lru_cache
-import sys
 sys.setrecursionlimit(10000)
 @lru_cache(maxsize=None)
 def fib(n):
@@ -223,7 +221,6 @@ print(sorted(people, key=lambda p: (-p[1], p[0])))
 print(max(people, key=lambda p: p[1]))
 """,
     "binary_search_stdin": """
-import sys
 def main():
     data = sys.stdin.buffer.read().split()
     n, q = int(data[0]), int(data[1])
@@ -236,7 +233,6 @@ def main():
 main()
 """,
     "input_loop": """
-import sys
 t = int(input())
 for _ in range(t):
     a, b = map(int, input().split())
@@ -328,7 +324,6 @@ print(datetime.strptime('2024-03-05 10:11', '%Y-%m-%d %H:%M'))
     "bit_tricks": "print(bin(37), (37).bit_count(), (37).bit_length(), 37 & -37, int('101', 2), f'{37:08b}')",
     "str_hash_order": "print(sorted({'banana', 'apple', 'cherry'}))",
     "recursion_dfs": """
-import sys
 sys.setrecursionlimit(1 << 16)
 def depth(n):
     return 0 if n == 0 else 1 + depth(n - 1)
