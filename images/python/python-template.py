@@ -80,6 +80,8 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, SECCOMP_MODE_FILTER = 47, 4, 2
 MASKED = ["/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
           "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi"]
 DEFAULT_SIGNALS = signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}
+# Modules whose seed() (no argument) reseeds from the OS the generators they made at import.
+RESEEDED = ["numpy.random", "sympy.core.random"]
 READONLY = ["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"]
 
 
@@ -373,17 +375,21 @@ class Template:
         check(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
         check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
         bpf = base64.b64decode(request["seccomp"])
-        program = (SockFilter * (len(bpf) // 8)).from_buffer_copy(bpf)
-        fprog = SockFprog(len(program), program)
+        # A pointer into the bytes, not an array type made for its length: such a type is a
+        # cycle of objects the program's first gc.collect() would find (and count).
+        filters = ctypes.cast(ctypes.c_char_p(bpf), ctypes.POINTER(SockFilter))
+        fprog = SockFprog(len(bpf) // 8, filters)
         check(libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
               "seccomp")
 
     def program(self, request: dict, stdio) -> None:
         libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # as a process exec'd by this user is
-        # Fresh random streams: `random` reseeds itself at fork; numpy's global one does not.
-        numpy_random = sys.modules.get("numpy.random")
-        if numpy_random is not None:
-            numpy_random.seed()
+        # Fresh random streams: `random` reseeds itself at fork; the generators libraries make
+        # at import (numpy's global one, sympy's for randprime & co.) do not.
+        for name in RESEEDED:
+            module = sys.modules.get(name)
+            if module is not None:
+                module.seed()
         self.zygote.run_test(list(stdio), request["fsize"], request["argv"])
 
 

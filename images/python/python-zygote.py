@@ -46,16 +46,69 @@ MAIN_NAMES = [name for name in vars(sys.modules["__main__"])
 
 
 def exit_code(code) -> int:
-    """SystemExit's argument as the interpreter turns it into an exit status."""
+    """SystemExit's argument as the interpreter turns it into an exit status (CPython's
+    _Py_HandleSystemExit): an int beyond a C long is -1, anything else is printed (str(), then
+    a newline even where str() failed) and gives 1."""
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF
+        return code & 0xFF if -(1 << 63) <= code < 1 << 63 else 0xFF
     try:
-        print(code, file=sys.stderr)
+        write_stderr(str(code))
     except Exception:  # noqa: BLE001
         pass
+    write_stderr("\n")
     return 1
+
+
+MISSING = object()
+
+
+def write_stderr(text: str) -> None:
+    """As PySys_WriteStderr: to sys.stderr, or to fd 2 where there is none."""
+    try:
+        if sys.stderr is not None:
+            sys.stderr.write(text)
+            return
+    except Exception:  # noqa: BLE001
+        pass
+    try:
+        os.write(2, text.encode(errors="backslashreplace"))
+    except OSError:
+        pass
+
+
+def print_exception(exc: BaseException, own_frames: str) -> int | None:
+    """What the interpreter does with the exception that ended the program (CPython's
+    PyErr_Print): sys.last_exc and its legacy trio set, sys.excepthook called, or its absence
+    or its own error shown beside the original as CPython shows them. ``own_frames``: the
+    file whose frames a traceback starts at (ours, beneath them, are left out). Returns the
+    exit status a SystemExit raised by the hook asks for, else None."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != own_frames:
+        tb = tb.tb_next
+    exc = exc.with_traceback(tb)
+    sys.last_exc, sys.last_type, sys.last_value, sys.last_traceback = exc, type(exc), exc, tb
+    hook = sys.__dict__.get("excepthook", MISSING)
+    sys.audit("sys.excepthook", None if hook is MISSING else hook, type(exc), exc, tb)
+    if hook is MISSING:
+        write_stderr("sys.excepthook is missing\n")
+        sys.__excepthook__(type(exc), exc, tb)
+        return None
+    try:
+        hook(type(exc), exc, tb)  # tb None for a SyntaxError
+    except SystemExit as hook_exit:
+        return exit_code(hook_exit.code)
+    except BaseException as hook_error:  # noqa: BLE001 - shown as the interpreter shows it
+        here = sys._getframe()
+        hook_tb = hook_error.__traceback__
+        while hook_tb is not None and hook_tb.tb_frame is here:
+            hook_tb = hook_tb.tb_next  # called from C in `python3 script`: no caller's frame
+        write_stderr("Error in sys.excepthook:\n")
+        sys.__excepthook__(type(hook_error), hook_error.with_traceback(hook_tb), hook_tb)
+        write_stderr("\nOriginal exception was:\n")
+        sys.__excepthook__(type(exc), exc, tb)
+    return None
 
 
 def fresh_stdio() -> None:
@@ -159,20 +212,75 @@ def run_script(script: str) -> int:
     (main_module)."""
     main = sys.modules["__main__"]
     with open(script, "rb") as source:
-        code = compile(source.read(), script, "exec")  # bytes: PEP 263 coding lines honoured
+        text = source.read()
+    try:
+        code = compile(text, script, "exec")  # bytes: PEP 263 coding lines honoured
+    except (SyntaxError, ValueError) as exc:
+        if any(word in str(exc) for word in FILE_ONLY_ERRORS):
+            try:
+                os.execv(sys.executable, sys.orig_argv)
+            except OSError:
+                pass
+        raise
     RECURSION.level(code, main.__dict__)
     return 0
 
 
-def flush_stdio(code: int) -> int:
-    """As interpreter exit flushes sys.stdout and sys.stderr (a closed one is left)."""
+# What compile() of the source words otherwise than `python3 script`'s reading of the file
+# ("source code string cannot contain null bytes", "unknown encoding: x" for "encoding
+# problem: x"), and shows without the file's line: such a program becomes `python3 script`.
+FILE_ONLY_ERRORS = ("null bytes", "encoding", "codec")
+
+
+def flush_stdio(code: int, again: bool = False) -> int:
+    """As interpreter exit flushes sys.stdout and sys.stderr (a closed one is left): where that
+    fails, exit status 120 and sys.stdout's error to sys.unraisablehook ("Exception ignored
+    on flushing sys.stdout"). ``again``: after the program's objects are finalized, what
+    they printed; there the interpreter no longer has sys's streams, and drops them (and
+    their errors) silently."""
     for stream in (sys.stdout, sys.stderr):
         try:
-            if stream is not None and not getattr(stream, "closed", False):
+            if stream is not None and not is_closed(stream):
                 stream.flush()
-        except Exception:  # noqa: BLE001 - e.g. the output cap: EFBIG
-            code = code or 120
+        except Exception as exc:  # noqa: BLE001 - e.g. the output cap: EFBIG
+            if not again:
+                code = code or 120
+                if stream is sys.stdout:
+                    unraisable(exc, "Exception ignored on flushing sys.stdout")
     return code
+
+
+def is_closed(stream) -> bool:
+    try:
+        return bool(stream.closed)
+    except Exception:  # noqa: BLE001 - a detached stream: the interpreter flushes it (and fails)
+        return False
+
+
+def unraisable(exc: BaseException, message: str) -> None:
+    """sys.unraisablehook(exc, message), as the interpreter calls it from C (no traceback, no
+    object). Its argument's type is not importable: one comes from a first call caught here."""
+    caught, hook = [], sys.unraisablehook
+
+    class Finalized:
+        def __del__(self):
+            raise RuntimeError
+
+    try:
+        sys.unraisablehook = caught.append
+        Finalized()
+    finally:
+        sys.unraisablehook = hook
+    if not caught:
+        return
+    exc = exc.with_traceback(None)
+    make = type(caught[0])
+    try:
+        hook(make((type(exc), exc, None, message, None)))
+    except BaseException as failed:  # noqa: BLE001 - its own error, shown by the default hook
+        tb = failed.__traceback__.tb_next  # from the hook's frame, called from C there
+        sys.__unraisablehook__(make((type(failed), failed, tb,
+                                     "Exception ignored in sys.unraisablehook", hook)))
 
 
 def finalize_main(program) -> None:
@@ -265,19 +373,23 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
     sys.orig_argv = ["python3", *argv]  # as `python3 argv...` was started
     sys.path[0] = os.path.dirname(script)
     program = _weakref.ref(main_module(script))
-    code = 0
+    code, failed = 0, None
     try:
         run_script(script)
     except SystemExit as exc:
-        code = exit_code(exc.code)
+        code = exit_code(exc.code)  # the interpreter exits from its handler: __file__ is kept
     except BaseException as exc:  # noqa: BLE001 - the interpreter's own last resort
-        tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != script:
-            tb = tb.tb_next  # start at the script's frames, as `python3 script` shows them
-        sys.excepthook(type(exc), exc.with_traceback(tb), tb)  # None for a SyntaxError
-        code = 1
-        if isinstance(exc, KeyboardInterrupt):
-            code = -_signal.SIGINT  # CPython then ends by SIGINT (its exit status says so)
+        failed = exc
+    else:
+        forget_file(program)
+    if failed is not None:  # shown once no exception is being handled (sys.exc_info() empty)
+        code = print_exception(failed, script)
+        if code is None:
+            code = 1
+            if isinstance(failed, KeyboardInterrupt):
+                code = -_signal.SIGINT  # CPython then ends by SIGINT (its exit status says so)
+            forget_file(program)
+        del failed
     threading = sys.modules.get("threading")
     if threading is not None:  # wait for non-daemon threads, as interpreter exit does
         try:
@@ -289,11 +401,22 @@ def run_test(fds: list[int], limit: int, argv: list[str]) -> None:
         run_exitfuncs(atexit)
     code = flush_stdio(code)
     finalize_main(program)
-    code = flush_stdio(code)
+    flush_stdio(code, again=True)
     if code == -_signal.SIGINT:
         _signal.signal(_signal.SIGINT, _signal.SIG_DFL)
         os.kill(os.getpid(), _signal.SIGINT)
+    LIBC.fflush(None)  # as exit() flushes C's streams: what a C library wrote with stdio
     os._exit(code)
+
+
+def forget_file(program) -> None:
+    """`python3 script` takes __file__ and __cached__ out of __main__ once the script has run
+    (not after a SystemExit, which exits from within): a finalizer or atexit callback that
+    names them then fails as it does there."""
+    main = program()
+    if main is not None:
+        main.__dict__.pop("__file__", None)
+        main.__dict__.pop("__cached__", None)
 
 
 def receive(control) -> tuple[bytes, list[int]]:
@@ -307,6 +430,7 @@ def receive(control) -> tuple[bytes, list[int]]:
 
 def main() -> None:
     RECURSION.remember()
+    gc.collect()  # what our imports left (types' _C class): a test's first collection finds 0
     for sig in CATCHABLE:
         _signal.signal(sig, _signal.SIG_IGN)
     control = _socket.socket(fileno=3)

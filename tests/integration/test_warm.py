@@ -230,6 +230,43 @@ SEMANTICS = {
     "own_source": "import inspect, pickle\nclass C:\n    pass\n"
                   "print(inspect.getsource(C), type(pickle.loads(pickle.dumps(C()))).__module__)",
     "stdin_nul_bytes": "import sys\ndata = sys.stdin.buffer.read()\nprint(len(data), data)",
+    # What the interpreter does with the exception that ends a program: sys.last_exc set, the
+    # hook called with no exception being handled, its own failure or absence shown beside it.
+    "excepthook_fails": "import sys\ndef hook(*args):\n    raise RuntimeError('hook broke')\n"
+                        "sys.excepthook = hook\n1 / 0",
+    "excepthook_missing": "import sys\ndel sys.excepthook\nraise ValueError('no hook')",
+    "excepthook_handles_nothing": "import sys, traceback\n"
+                                  "sys.excepthook = lambda *args: traceback.print_exc()\n"
+                                  "raise ValueError('v')",
+    "last_exception_at_exit": "import atexit, sys\n"
+                              "atexit.register(lambda: print(getattr(sys, 'last_value', None)))\n"
+                              "raise ValueError('v')",
+    # `python3 main.py` takes __file__ out of __main__ once the program ends (not on SystemExit).
+    "main_file_gone_at_exit": "import atexit\n"
+                              "atexit.register(lambda: print('__file__' in globals()))\nprint(1)",
+    "main_file_kept_after_sys_exit": "import atexit, sys\n"
+                                     "atexit.register(lambda: print('__file__' in globals()))\n"
+                                     "sys.exit(2)",
+    "exit_code_beyond_c_long": "import sys\nsys.exit(2 ** 64)",
+    "exit_code_unprintable": "import sys\nclass Code:\n    def __str__(self):\n"
+                             "        raise ValueError\nsys.exit(Code())",
+    # The common way to change stdout's encoding; the stream left behind is not flushed at exit.
+    "stdout_rewrapped": "import io, sys\n"
+                        "sys.stdout = io.TextIOWrapper(sys.stdout.detach(), encoding='utf-8')\n"
+                        "print('rewrapped')",
+    "stdout_flush_fails_at_exit": "import sys\nsys.stdout.detach()",
+    "unraisablehook_fails": "import sys\nclass Hook:\n    def __repr__(self):\n        return 'Hook()'\n"
+                            "    def __call__(self, args):\n        1 / 0\n"
+                            "sys.unraisablehook = Hook()\nsys.stdout.detach()",
+    # A C library's stdio stream never closed is flushed at exit, as the C runtime's exit() does.
+    "c_stdio_unclosed_files": "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                              "libc.fopen.restype = ctypes.c_void_p\n"
+                              "out = ctypes.c_void_p(libc.fopen(b'out.txt', b'w'))\n"
+                              "libc.fputs(b'written by C', out)",
+    # Source errors worded otherwise by compile() than by `python3 main.py`'s parser.
+    "null_bytes_in_source": "x = 1\nprint(x)\x00",
+    "unknown_source_encoding": "# -*- coding: not-a-codec -*-\nprint(1)",
+    "first_collection": "import gc\nprint(gc.collect())",  # nothing of the template's to find
 }
 
 SUITE_PROGRAMS = {f"programs-{name}": code for name, code in PROGRAMS["python"].items() if code}
@@ -274,7 +311,7 @@ def test_warm_and_cold_answer_the_same(warm, cold, name):
 # Where a Python test of /v1/evaluate differs from `/run_code` by design: the zygote is its
 # sandbox's PID 2 (the test's PID is 3), and tests cannot write the work directory
 # (docs/evaluation.md).
-EVALUATE_DIFFERS = {"identity", "namespaces", "unclosed_files"}
+EVALUATE_DIFFERS = {"identity", "namespaces", "unclosed_files", "c_stdio_unclosed_files"}
 
 
 @pytest.mark.parametrize("name", sorted(set(SEMANTICS) - EVALUATE_DIFFERS))
@@ -317,11 +354,27 @@ def test_a_module_beside_main_named_like_a_preloaded_one_is_what_the_program_imp
 
 
 def test_random_streams_differ_between_runs(warm):
-    code = "import random, numpy\nprint(random.random(), numpy.random.rand(), numpy.random.default_rng().random())"
+    # sympy's own generator (randprime, randMatrix...) was made when the template imported it.
+    code = ("import random, numpy, sympy\nprint(random.random(), numpy.random.rand(),"
+            " numpy.random.default_rng().random(), sympy.randprime(10 ** 17, 10 ** 18),"
+            " sympy.core.random.rng.random())")
     outputs = [_run(warm, code)["run_result"]["stdout"] for _ in range(3)]
     values = [line.split() for line in outputs]
-    for column in range(3):
+    for column in range(5):
         assert len({v[column] for v in values}) == 3, outputs
+
+
+def test_a_program_that_sets_its_environment_before_importing_starts_cold(warm, cold):
+    # The template's pandas read PANDAS_COPY_ON_WRITE when the template imported it: a fork
+    # would modify the frame through a copy of its column.
+    code = ("import os\nos.environ['PANDAS_COPY_ON_WRITE'] = '1'\nimport pandas as pd\n"
+            "frame = pd.DataFrame({'a': [1, 2]})\ncolumn = frame['a']\ncolumn[0] = 100\n"
+            "print(frame.a.tolist())")
+    before = _starts(warm)
+    warm_run, cold_run = _run(warm, code), _run(cold, code)
+    assert warm_run["run_result"]["stdout"] == "[1, 2]\n", warm_run
+    assert _comparable(warm_run) == _comparable(cold_run)
+    assert _starts(warm)["cold"] == before.get("cold", 0) + 1
 
 
 def test_memory_counts_what_the_run_uses_not_the_template(warm):

@@ -54,6 +54,25 @@ def test_a_program_with_its_own_module_named_like_a_preloaded_one_starts_cold_or
     assert templates.choose(b"import numpy", {"numpy"}) is None
 
 
+def test_a_program_that_changes_its_environment_starts_cold():
+    """A preloaded module read its environment variables when the template imported it:
+    PANDAS_COPY_ON_WRITE set before `import pandas` took no effect in a fork."""
+    templates = _templates()
+    for code in ["import os\nos.environ['PANDAS_COPY_ON_WRITE'] = '1'\nimport pandas",
+                 "import os\nos.environ [\"OMP_NUM_THREADS\"]='1'\nimport numpy",
+                 "from os import environ\nenviron.update(TZ='UTC-05')",
+                 "import os\nos.environ.setdefault('SYMPY_GROUND_TYPES', 'python')",
+                 "import os\nos.environ |= {'A': '1'}", "import os\ndel os.environ['MPLBACKEND']",
+                 "import os\nos.environ.pop('TZ', None)", "import os\nos.putenv('TZ', 'UTC')",
+                 "import os\nos.unsetenv('TZ')"]:
+        assert templates.choose(code.encode()) is None, code
+    # Reading it changes nothing: such a program forks.
+    for code in ["import os\nprint(os.environ.get('HOME'), os.environ['PATH'])",
+                 "import os\nif os.environ['HOME'] == '/tmp':\n    print(1)",
+                 "import os, subprocess\nsubprocess.run(['env'], env={**os.environ, 'A': '1'})"]:
+        assert templates.choose(code.encode()).name == "standard", code
+
+
 def test_a_template_container_is_root_with_only_what_making_sandboxes_takes():
     limits = Limits(compile_timeout_s=1, run_timeout_s=1, memory_mb=512, cpus=1, pids=64,
                     workdir_mb=8, output_bytes=1024, fetch_bytes=1024)

@@ -70,6 +70,12 @@ MAX_FAILURES_IN_A_ROW = 3
 SET_ASIDE_S = 60.0        # a template set aside serves again after this long
 STOP_WAIT_S = 5.0
 MAX_SCANNED_BYTES = 1 << 20  # of a program's source, for the modules it names
+# A program that changes its environment (os.environ["OMP_NUM_THREADS"] = "1", putenv, del)
+# before importing a module would find the template's copy, which read its variables when
+# the template imported it (PANDAS_COPY_ON_WRITE, SYMPY_GROUND_TYPES, TZ...): it starts cold.
+SETS_ENVIRONMENT = re.compile(
+    r"environ\s*(\[[^\]\n]*\]\s*=(?!=)|\.\s*(update|setdefault|pop|popitem|clear)\s*\(|\|=)"
+    r"|\bdel\s+[\w.]*environ\b|\b(putenv|unsetenv)\s*\(")
 SYS_OPEN_TREE, OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_FDCWD = 428, 1, 0o2000000, -100
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -410,8 +416,12 @@ class ImageTemplates:
     def choose(self, source: bytes, own_modules: set[str] | frozenset[str] = frozenset()
                ) -> Template | None:
         """The smallest ready template holding every module the program names and none it
-        would import from its own folder (``own_modules``); None: the run starts cold."""
+        would import from its own folder (``own_modules``); None: the run starts cold, as
+        does a program that changes its environment (SETS_ENVIRONMENT)."""
         text = source.decode(errors="replace")
+        if any(word in text for word in ("environ", "putenv", "setenv")) \
+                and SETS_ENVIRONMENT.search(text):
+            return None
         named = set(self._named.findall(text)) if any(n in text for n in self._deciding) else set()
         for template, tops in zip(self.templates, self._tops):
             if template.ready and named <= tops and not own_modules & template.shadowed:
