@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -333,6 +334,43 @@ def test_e2b_sandboxes_through_one_url(fleet, monkeypatch):
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         ids = list(pool.map(life, range(8)))
     assert {i.rsplit("-", 1)[0] for i in ids} == {s.name for s in fleet.servers}, ids
+
+
+def test_a_request_whose_client_left_while_haproxy_queued_it_never_reaches_a_server(fleet):
+    """`option abortonclose`: a request waiting in HAProxy's queue (its server at its maxconn)
+    whose client closes its connection is dropped there, as a server drops one that waits in
+    its own queue; without it HAProxy sends it on once the server is free, and it runs for no
+    one."""
+    from urllib.parse import urlsplit
+
+    # One program for all: HAProxy hashes the code, so every request wants the same server.
+    code = f"import time\ntime.sleep(2)  # {uuid.uuid4().hex}"
+    fillers = MAXCONN + 2
+
+    def queued_in_haproxy() -> int:
+        return sum(int(row["qcur"] or 0) for row in fleet.stats().values())
+
+    def all_quiet() -> bool:
+        return queued_in_haproxy() == 0 and all(
+            (queue := requests.get(f"{s.url}/v1/queue", timeout=TIMEOUT).json())["running"] == 0
+            and queue["waiting"] == 0 for s in fleet.servers)
+
+    before = sum(_requests_counted(s) for s in fleet.servers)
+    address = urlsplit(fleet.url)
+    body = json.dumps({"code": code, "language": "python"}).encode()
+    with concurrent.futures.ThreadPoolExecutor(fillers) as pool:
+        busy = [pool.submit(_run, fleet, code) for _ in range(fillers)]
+        _wait("requests queued in HAProxy", queued_in_haproxy, timeout_s=30)
+        with contextlib.ExitStack() as clients:
+            for _ in range(6):
+                sock = clients.enter_context(socket.create_connection((address.hostname, address.port)))
+                sock.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            _wait("the abandoned requests queued too", lambda: queued_in_haproxy() >= 6, timeout_s=10)
+        assert [f.result().status_code for f in busy] == [200] * fillers
+    _wait("every queue empty", all_quiet, timeout_s=30)
+    time.sleep(0.5)
+    assert sum(_requests_counted(s) for s in fleet.servers) - before == fillers
 
 
 def test_a_server_added_to_the_dns_name_takes_traffic(fleet):
