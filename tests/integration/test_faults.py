@@ -338,7 +338,8 @@ def test_requests_cancelled_at_random_moments_leave_nothing_running(docker_ready
 
     require_oci()
     instance = f"pytest-cancel-{uuid.uuid4().hex[:6]}"
-    settings = Settings(backend="oci", instance=instance, max_concurrency=8)
+    settings = Settings(backend="oci", instance=instance, max_concurrency=8,
+                        assets_dir=tmp_path / "assets")
     app = create_app(settings)
 
     def running_programs() -> list[str]:
@@ -367,7 +368,7 @@ def test_requests_cancelled_at_random_moments_leave_nothing_running(docker_ready
             call = asyncio.ensure_future(engine.run(job))
             await asyncio.sleep(rng.uniform(0, 0.03))  # often while the fork is made
             call.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await call
         deadline = time.monotonic() + scaled(60)
         while engine.running and time.monotonic() < deadline:
