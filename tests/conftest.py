@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import shutil
@@ -105,6 +106,14 @@ def _free_port(kind: int = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, kind) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def send_json_request(sock: socket.socket, path: str, body: dict) -> None:
+    """A whole POST of ``body`` as JSON on a raw socket, its answer left unread: how the tests
+    play a client that sends a request and then goes away."""
+    payload = json.dumps(body).encode()
+    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload))
 
 
 def missing_haproxy_tools() -> str | None:

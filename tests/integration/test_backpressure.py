@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from ..conftest import require_oci, running_server
+from ..conftest import require_oci, running_server, send_json_request
 from ..timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -67,7 +67,6 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
     """A client that gives up while its request waits for a sandbox (a timeout, an evaluation
     stopped with ^C) takes its request out of the queue: it is not run when its turn comes,
     and the next waiting request gets the sandbox at once."""
-    import json
     import socket
     from urllib.parse import urlsplit
 
@@ -79,16 +78,15 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
                                                            "run_timeout": timeout}, timeout=scaled(60))
 
         address = urlsplit(url)
-        run = json.dumps({"code": "print('abandoned')", "language": "python"}).encode()
-        evaluation = json.dumps({"code": "print(input())", "language": "python",
-                                 "tests": [{"stdin": "1", "expected_output": "1"}]}).encode()
+        run = {"code": "print('abandoned')", "language": "python"}
+        evaluation = {"code": "print(input())", "language": "python",
+                      "tests": [{"stdin": "1", "expected_output": "1"}]}
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             slow = pool.submit(post, "import time\ntime.sleep(6)\nprint('slept')")
             time.sleep(1.0)  # the slow one holds the only sandbox
             for path, body in [("/run_code", run)] * 5 + [("/v1/evaluate", evaluation)] * 3:
                 with socket.create_connection((address.hostname, address.port)) as sock:
-                    sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                                 b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+                    send_json_request(sock, path, body)
                     time.sleep(0.1)  # sent whole, then the client goes
             assert requests.get(f"{url}/v1/queue", timeout=5).json()["waiting"] >= 8
             kept = pool.submit(post, "print('kept')")
@@ -112,7 +110,6 @@ def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, 
     (a warm fork's and a container's: the server checks nothing is left behind), or, for an
     evaluation, starts no more of its tests: its sandbox goes to the next request instead of
     running for no one until its limit (40 s; 30 one-second tests)."""
-    import json
     import socket
     from urllib.parse import urlsplit
 
@@ -122,10 +119,8 @@ def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, 
     with running_server(tmp_path, backend="oci", max_concurrency=1,
                         queue_timeout_s=scaled(60)) as url:
         address = urlsplit(url)
-        payload = json.dumps(body).encode()
         with socket.create_connection((address.hostname, address.port)) as sock:
-            sock.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                         b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(payload), payload))
+            send_json_request(sock, path, body)
             deadline = time.monotonic() + scaled(20)
             while requests.get(f"{url}/v1/queue", timeout=5).json()["running"] < 1:
                 assert time.monotonic() < deadline, "the request never started"

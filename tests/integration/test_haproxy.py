@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -35,7 +34,7 @@ from sandbox.client import SandboxClient, SandboxSessionLost
 from sandbox.config import REPO_ROOT
 
 from ..conftest import (_free_port, _oci_problem, assert_nothing_left, missing_haproxy_tools,
-                        running_server, start_dnsmasq, start_server)
+                        running_server, send_json_request, start_dnsmasq, start_server)
 from ..timescale import scaled
 from ..verl_support import load_check_correctness
 
@@ -357,15 +356,13 @@ def test_a_request_whose_client_left_while_haproxy_queued_it_never_reaches_a_ser
 
     before = sum(_requests_counted(s) for s in fleet.servers)
     address = urlsplit(fleet.url)
-    body = json.dumps({"code": code, "language": "python"}).encode()
     with concurrent.futures.ThreadPoolExecutor(fillers) as pool:
         busy = [pool.submit(_run, fleet, code) for _ in range(fillers)]
         _wait("requests queued in HAProxy", queued_in_haproxy, timeout_s=30)
         with contextlib.ExitStack() as clients:
             for _ in range(6):
                 sock = clients.enter_context(socket.create_connection((address.hostname, address.port)))
-                sock.sendall(b"POST /run_code HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+                send_json_request(sock, "/run_code", {"code": code, "language": "python"})
             _wait("the abandoned requests queued too", lambda: queued_in_haproxy() >= 6, timeout_s=10)
         assert [f.result().status_code for f in busy] == [200] * fillers
     _wait("every queue empty", all_quiet, timeout_s=30)
