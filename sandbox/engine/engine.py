@@ -157,8 +157,8 @@ class Engine:
     async def _run(self, job: Job, abandoned: Callable[[], Awaitable[bool]]) -> JobResult:
         arrived = time.monotonic()
         async with self._compile_claim(job) as claim:
-            if claim.known_error:
-                return JobResult(compile=_replayed(claim.cached))  # no sandbox needed
+            if (failure := claim.known_failure) is not None:
+                return JobResult(compile=failure)  # no sandbox needed
             compiles = job.spec.compile is not None and claim.cached is None
             # The wait for another request's compile of the same program counts: the client's
             # clock started when it sent the request.
@@ -179,11 +179,11 @@ class Engine:
         """What the compile cache knows of ``job``'s compile. When this request is the one to
         compile it (``owner``), the block sets ``entry`` and the cache stores it on exit."""
         if job.spec.compile is None or self.compile_cache is None:
-            yield _CompileClaim(None, False)
+            yield _CompileClaim(None, False, job.limits.compile_timeout_s)
             return
         key = compile_key(job)
         cached, owner = await self.compile_cache.claim(key)
-        claim = _CompileClaim(cached, owner)
+        claim = _CompileClaim(cached, owner, job.limits.compile_timeout_s)
         try:
             yield claim
         finally:
@@ -293,8 +293,8 @@ class Engine:
 
         The sandbox, its slot and everything in it are gone when the block ends."""
         async with self._compile_claim(job) as claim:
-            if claim.known_error:
-                yield PreparedProgram(job, _replayed(claim.cached), None, None)
+            if (failure := claim.known_failure) is not None:
+                yield PreparedProgram(job, failure, None, None)
                 return
             slot = self.slot(key=self._fingerprint(job)) if take_slot else contextlib.nullcontext()
             async with slot as ticket:
@@ -488,12 +488,20 @@ class Engine:
 class _CompileClaim:
     cached: CachedCompile | None   # a compile to replay instead of compiling
     owner: bool                    # this request compiles, and sets ``entry`` for the cache
+    timeout_s: float               # this request's compile_timeout
     entry: CachedCompile | None = None
 
     @property
-    def known_error(self) -> bool:
-        """The cache holds this program's compile error: answer it without a sandbox."""
-        return self.cached is not None and not self.cached.step.ok
+    def known_failure(self) -> StepResult | None:
+        """This request's compile outcome when the cache settles it without a sandbox: the
+        program's cached compile error, or a timeout when the cached compile took longer than
+        this request allows (its verdict must not depend on whether a request that allowed
+        more compiled the program first)."""
+        if self.cached is None:
+            return None
+        if self.cached.step.wall_time_s > self.timeout_s:
+            return StepResult(StepStatus.TIME_LIMIT, None, 0.0, cached=True, cpu_time_s=0.0)
+        return None if self.cached.step.ok else _replayed(self.cached)
 
 
 class PreparedProgram:

@@ -41,6 +41,25 @@ def test_compile_errors_are_cached_without_a_sandbox(run):
     assert second["run_result"] is None and second["sandbox_id"] is None
 
 
+def test_a_cached_compile_that_took_longer_than_a_requests_compile_timeout_is_its_timeout(run):
+    """A verdict must not depend on whether another request compiled the program first: the
+    cache holds a compile that took t seconds, so a request allowing less than t gets the
+    timeout its own compile would have got, and one allowing more still gets the cached one."""
+    code = ECHO_CPP % uuid.uuid4().hex
+    first = run(code, "cpp", stdin="6 7", compile_timeout=60)
+    took = first["compile_result"]["execution_time"]
+    assert first["compile_result"]["cached"] is False and first["run_result"]["stdout"] == "42\n"
+    short = round(took / 2, 3)
+    hurried = run(code, "cpp", stdin="6 7", compile_timeout=short)
+    assert hurried["status"] == "Failed", hurried
+    assert hurried["compile_result"]["status"] == "TimeLimitExceeded"
+    assert hurried["compile_result"]["cached"] is True
+    assert hurried["message"] == f"compile step timed out after {short:g} s"
+    assert hurried["run_result"] is None and hurried["sandbox_id"] is None
+    patient = run(code, "cpp", stdin="3 5", compile_timeout=60)
+    assert patient["compile_result"]["cached"] is True and patient["run_result"]["stdout"] == "15\n"
+
+
 def test_java_classes_and_go_binaries_are_reused(run):
     tag = uuid.uuid4().hex
     java = ("public class Main { static class Inner { int v = 4; } public static void main(String[] a) {"
