@@ -13,6 +13,7 @@ import base64
 import dataclasses
 import math
 import time
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 
 from fastapi import APIRouter, Query, Request, Response
@@ -151,7 +152,7 @@ async def run_in_session(req: RunCodeRequest, services, request: Request,
     note_run_request(request, req)
     job = _session_job(req, session, services.registry, services.settings, services.assets)
     started = time.perf_counter()
-    outcome = await session.run(services.engine, job)
+    outcome = await session.run(services.engine, job, abandoned=request.is_disconnected)
     engine_s = time.perf_counter() - started
     restarted = outcome.restarted or outcome.restarted_before
     if restarted:
@@ -265,13 +266,14 @@ def session_router(services) -> APIRouter:
                  responses={422: {"description": "Bad request; `detail` says why."},
                             501: {"description": "This server's backend has no sessions (docker)."},
                             503: {"description": "No room for another session; retry after `Retry-After` s."}})
-    async def run_jupyter(req: RunJupyterRequest) -> RunJupyterResponse:
-        return await _jupyter(req, services)
+    async def run_jupyter(req: RunJupyterRequest, request: Request) -> RunJupyterResponse:
+        return await _jupyter(req, services, request.is_disconnected)
 
     return router
 
 
-async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
+async def _jupyter(req: RunJupyterRequest, services,
+                   abandoned: Callable[[], Awaitable[bool]]) -> RunJupyterResponse:
     settings: Settings = services.settings
     spec = services.registry.get("python")
     allowed = settings.for_language(spec.language, spec.memory_mb)
@@ -298,7 +300,8 @@ async def _jupyter(req: RunJupyterRequest, services) -> RunJupyterResponse:
             timeout = min(left, req.cell_timeout) if req.cell_timeout else left
             job = Job(spec=spec, code=code, stdin=b"", files={}, fetch_files=(),
                       limits=dataclasses.replace(limits, run_timeout_s=timeout))
-            outcome = await session.run(services.engine, job, display=True, log=False)
+            outcome = await session.run(services.engine, job, display=True, log=False,
+                                        abandoned=abandoned)
             result, step = outcome.job, outcome.job.run
             if result.error:
                 status, message = "SandboxError", result.error

@@ -1,7 +1,7 @@
 """Jobs in, results out. The door is ``Engine.run(job)``."""
 
 from .admission import ClientGone
-from .engine import Engine, Overloaded
+from .engine import ClientWatch, Engine, Overloaded
 from .models import Job, JobResult, Limits, StepResult, StepStatus
 
-__all__ = ["ClientGone", "Engine", "Overloaded", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]
+__all__ = ["ClientGone", "ClientWatch", "Engine", "Overloaded", "Job", "JobResult", "Limits", "StepResult", "StepStatus"]

@@ -71,7 +71,10 @@ class Interpreter:
             raise BackendError(STOPPED)
 
     async def call(self, code: str, stdin: bytes, timeout_s: float, output_limit: int,
-                   lifetime_left_s: float, display: bool = False) -> CallResult:
+                   lifetime_left_s: float, display: bool = False,
+                   stop: asyncio.Event | None = None) -> CallResult:
+        """``stop``: set while the call runs (its client left), the call ends as at its
+        deadline: interrupted, the interpreter keeping its state unless it ignores that."""
         live = self.live
         self._seq += 1
         seq = self._seq
@@ -104,9 +107,12 @@ class Interpreter:
         except OSError:
             pass  # the interpreter is gone: ``ended`` says how
         answer = asyncio.create_task(self._done(seq))
-        done, _ = await asyncio.wait({answer, live.ended}, timeout=timeout_s,
-                                     return_when=asyncio.FIRST_COMPLETED)
-        timed_out = not done
+        stopped = asyncio.ensure_future(stop.wait()) if stop is not None else None
+        done, _ = await asyncio.wait({answer, live.ended, *filter(None, [stopped])},
+                                     timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if stopped is not None:
+            stopped.cancel()
+        timed_out = answer not in done and live.ended not in done
         if timed_out:
             try:
                 await live.send(b"INT %d\n" % seq)

@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from ..engine import Engine
+from ..engine import ClientGone, ClientWatch, Engine
 from ..engine.backends import BackendError
 from ..engine.models import Job, JobResult, Limits, StepStatus
 from ..runtimes import RuntimeSpec
@@ -64,6 +65,7 @@ class SessionResult:
     displays: list[dict] = field(default_factory=list)
     restarted_before: bool = False   # before it (its output folder was full)
     limits: Limits | None = None     # the call's, its deadlines capped at the session's lifetime
+    client_gone: bool = False        # its client left while it ran: it was stopped
 
 
 class Session:
@@ -180,16 +182,28 @@ class Session:
 
     # Calls
 
-    async def run(self, engine: Engine, job: Job, display: bool = False,
-                  log: bool = True) -> SessionResult:
-        """Run one call (``job``: code, stdin, files, fetch_files, limits) in the session."""
+    async def run(self, engine: Engine, job: Job, display: bool = False, log: bool = True,
+                  abandoned: Callable[[], Awaitable[bool]] | None = None) -> SessionResult:
+        """Run one call (``job``: code, stdin, files, fetch_files, limits) in the session.
+        ``abandoned``: as ``Engine.run``'s; a call whose client left (or whose caller was
+        cancelled) is stopped as at its deadline, so that the session's next call need not
+        wait for it, and ends with ClientGone."""
+        return await engine.finish_when_cancelled(
+            lambda gone: self._run_in_turn(engine, job, display, log, gone), abandoned)
+
+    async def _run_in_turn(self, engine: Engine, job: Job, display: bool, log: bool,
+                           gone: Callable[[], Awaitable[bool]]) -> SessionResult:
+        queued = self.lock.locked()
         async with self.lock:
             if self.closed:
                 raise SessionGone(self.id)
             self.busy = True
             try:
-                async with engine.slot():  # Overloaded (HTTP 504) if none is free in time
-                    result = await self._run(engine, job, display)
+                async with engine.slot() as ticket:  # Overloaded (HTTP 504) if none is free in time
+                    if (queued or ticket.waited) and await gone():
+                        raise ClientGone("the client closed its connection while its call "
+                                         "waited its turn: the call did not run")
+                    result = await self._run(engine, job, display, gone)
             finally:
                 self.busy = False
                 self.last_used = time.time()
@@ -198,11 +212,17 @@ class Session:
             if log and result.restarted_before and self.history:
                 self.history[-1].restarted_after = True
             if log and not result.job.error:  # a call the sandbox failed did not run
-                self._log(Call(job.code, job.stdin, job.files, job.limits.run_timeout_s,
+                ran_s = job.limits.run_timeout_s
+                if result.client_gone and result.job.run is not None:  # replayed as far as it ran
+                    ran_s = min(ran_s, result.job.run.wall_time_s)
+                self._log(Call(job.code, job.stdin, job.files, ran_s,
                                restarted_after=result.restarted))
             peak = result.job.peak_memory_bytes
             if peak is not None:
                 self.peak_memory_bytes = max(self.peak_memory_bytes or 0, peak)
+            if result.client_gone:
+                raise ClientGone("the client closed its connection while its call ran: the "
+                                 "call was stopped")
             return result
 
     def _log(self, call: Call) -> None:
@@ -220,7 +240,8 @@ class Session:
             return
         self.history.append(call)
 
-    async def _run(self, engine: Engine, job: Job, display: bool) -> SessionResult:
+    async def _run(self, engine: Engine, job: Job, display: bool,
+                   gone: Callable[[], Awaitable[bool]]) -> SessionResult:
         result = JobResult(sandbox_id=self.box.id[:12])
         # A call's deadlines end with the session's lifetime at the latest.
         left = max(0.1, self.lifetime_left_s())
@@ -228,22 +249,28 @@ class Session:
                                      compile_timeout_s=min(job.limits.compile_timeout_s, left))
         try:
             if self.interpreter is None:  # it writes the source and files itself
-                result, _ = await engine.run_steps(self.box, dataclasses.replace(job, limits=limits),
-                                                   result=result)
+                try:
+                    await engine.run_steps(self.box, dataclasses.replace(job, limits=limits),
+                                           result=result, abandoned=gone)
+                except ClientGone:
+                    return SessionResult(result, limits=limits, client_gone=True)
                 return SessionResult(result, limits=limits)
             if job.files:
                 await self.box.write_files(job.files)
             timeout = limits.run_timeout_s
-            call: CallResult = await self.interpreter.call(
-                job.code, job.stdin, timeout, job.limits.output_bytes,
-                lifetime_left_s=self.lifetime_left_s(), display=display)
+            stop = asyncio.Event()
+            with ClientWatch(gone, stop.set) as watch:
+                call: CallResult = await self.interpreter.call(
+                    job.code, job.stdin, timeout, job.limits.output_bytes,
+                    lifetime_left_s=self.lifetime_left_s(), display=display, stop=stop)
             result.run = call.step
             result.oom_killed = call.oom_killed
             result.peak_memory_bytes = call.peak_memory_bytes
             if job.fetch_files and call.step.status is StepStatus.FINISHED:
                 result.files = await self.box.read_files(job.fetch_files, job.limits.fetch_bytes)
             return SessionResult(result, restarted=call.restarted, displays=call.displays,
-                                 restarted_before=call.restarted_before, limits=limits)
+                                 restarted_before=call.restarted_before, limits=limits,
+                                 client_gone=watch.gone)
         except BackendError as exc:
             message = "the session was deleted during the call" if self.closed else str(exc)
             engine.record_error(result, message)

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import base64
 import re
+import socket
 import threading
 import time
 import uuid
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
 
-from tests.conftest import running_server
+from tests.conftest import running_server, send_json_request
 from tests.timescale import scaled
 
 pytestmark = pytest.mark.docker
@@ -223,6 +225,42 @@ def test_state_list_and_delete(url):
         assert gone.status_code == 404, (path, gone.text)
         assert gone.json()["detail"] == (f"session {session} not found (deleted, expired, or the "
                                          f"server restarted)")
+
+
+@pytest.mark.parametrize("language, setup, loop, check", [
+    ("python", "x = 41", "while True: pass", "print(x + 1)"),
+    ("nodejs", "require('fs').writeFileSync('state.txt', '42')", "while (true) {}",
+     "console.log(require('fs').readFileSync('state.txt', 'utf8'))"),
+], ids=["interpreter", "work-directory"])
+def test_a_call_whose_client_left_is_stopped_and_the_session_goes_on(url, language, setup, loop, check):
+    """A trainer's tool call that timed out on its side (a cell that loops) is stopped within
+    seconds, as at its deadline, the session keeping its state: the session's next call does
+    not wait out the abandoned one's 60 s, and the server counts it as client_gone."""
+    from .test_observability import delta, scrape
+
+    session = create(url, language)["session_id"]
+    try:
+        assert call(url, session, setup, language)["status"] == "Success"
+        before = scrape(url)
+        address = urlsplit(url)
+        with socket.create_connection((address.hostname, address.port)) as sock:
+            send_json_request(sock, "/run_code", {"code": loop, "language": language,
+                                                  "session_id": session, "run_timeout": 60})
+            deadline = time.monotonic() + scaled(30)
+            while not requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).json()["busy"]:
+                assert time.monotonic() < deadline, "the call never started"
+                time.sleep(0.2)
+            time.sleep(1.5)  # running: then the client goes
+        left = time.monotonic()
+        after = call(url, session, check, language)
+        took = time.monotonic() - left
+        assert out(after) == "42\n", after
+        assert not after["session_restarted"], after
+        assert took < scaled(15), f"the next call waited {took:.1f} s: the abandoned one ran on"
+        assert delta(before, scrape(url), "sandbox_requests_total", language=language,
+                     status="client_gone") == 1
+    finally:
+        requests.delete(f"{url}/v1/sessions/{session}", timeout=TIMEOUT)
 
 
 def test_bad_ids_and_bodies_get_clear_422s(url, session):
