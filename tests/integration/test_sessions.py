@@ -453,6 +453,23 @@ def test_run_jupyter_leaves_no_session(url):
     assert requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"] == before
 
 
+def test_run_jupyter_whose_client_left_stops_its_cell_and_leaves_no_session(url):
+    before = requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"]
+    address = urlsplit(url)
+    with socket.create_connection((address.hostname, address.port)) as sock:
+        send_json_request(sock, "/run_jupyter", {"cells": ["x = 1", "while True: pass"],
+                                                 "cell_timeout": 60, "total_timeout": 100})
+        deadline = time.monotonic() + scaled(30)
+        while requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"] == before:
+            assert time.monotonic() < deadline, "the notebook's session never started"
+            time.sleep(0.2)
+        time.sleep(2)  # its loop runs: then the client goes
+    left = time.monotonic()
+    while requests.get(f"{url}/v1/sessions", timeout=TIMEOUT).json()["total"] != before:
+        assert time.monotonic() - left < scaled(15), "the abandoned notebook's cell ran on"
+        time.sleep(0.2)
+
+
 def test_session_limit_answers_503_with_retry_after(oci_server, tmp_path):
     # oci_server: the OCI backend works here (else skipped, or failed in CI)
     with running_server(tmp_path, backend="oci", max_sessions=1) as base:
