@@ -170,7 +170,7 @@ class SessionRegistry:
 
     async def reap(self) -> int:
         """Remove the sessions past their idle time or lifetime; how many."""
-        gone = [(s, why) for s in list(self._sessions.values()) if (why := s.expired())]
+        gone = [(s, why) for s in list(self._sessions.values()) if (why := s.due_for_removal())]
         await asyncio.gather(*(self._remove(s, "expired") for s, _ in gone))
         return len(gone)
 

@@ -23,12 +23,15 @@ from ..engine.backends import BackendError
 from ..engine.models import Job, JobResult, Limits, StepStatus
 from ..runtimes import RuntimeSpec
 from .agent import LINE_LIMIT, Agent
-from .interpreter import CallResult, Interpreter
+from .interpreter import INTERRUPT_GRACE_S, CallResult, Interpreter
 
 HOME = "/home/user"  # where an agent's programs find the work directory (E2B's home)
 # What a session's replay log may hold (its calls' code, stdin and files), in the server's
 # memory for the session's life: past it the log goes and the session can no longer fork.
 REPLAY_LOG_BYTES = 16 << 20
+# How long past its lifetime a session's last call may take to answer (it is interrupted at
+# the lifetime's end; one that ignores the interrupt is killed after INTERRUPT_GRACE_S).
+ANSWER_GRACE_S = INTERRUPT_GRACE_S + 2.0
 
 
 class SessionGone(LookupError):
@@ -123,6 +126,15 @@ class Session:
         if not self.busy and self.idle_s() >= self.idle_timeout_s:
             return "idle"
         return None
+
+    def due_for_removal(self) -> str | None:
+        """``expired()``, but a call running at the lifetime's end, stopped there by its own
+        deadline (its interrupt, the grace after it), gets ANSWER_GRACE_S to answer: removed
+        under it, it would answer SandboxError instead of its time limit."""
+        why = self.expired()
+        if why == "lifetime" and self.busy and self.lifetime_left_s() > -ANSWER_GRACE_S:
+            return None
+        return why
 
     def extend(self, lifetime_s: float) -> None:
         """Live ``lifetime_s`` from now (at most to the ceiling), instead of until the end set so

@@ -373,11 +373,19 @@ def test_idle_sessions_expire(url):
     assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 404
 
 
-def test_a_session_cannot_outlive_its_lifetime_by_keeping_busy(url):
+@pytest.mark.parametrize("code", [
+    "while True:\n    pass",
+    "import time\ntry:\n    while True:\n        pass\nexcept KeyboardInterrupt:\n    time.sleep(0.8)",
+    "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass",
+], ids=["interrupted", "slow-to-stop", "ignores-the-interrupt"])
+def test_a_session_cannot_outlive_its_lifetime_by_keeping_busy(url, code):
+    """The call running at the lifetime's end answers its time limit, also when the cell takes
+    its time to stop (it is not removed under the call: SandboxError), and the session goes."""
     session = create(url, max_lifetime_s=3)["session_id"]
     started = time.monotonic()
-    result = call(url, session, "while True:\n    pass", run_timeout=30)
-    assert result["run_result"]["status"] == "TimeLimitExceeded"
+    result = call(url, session, code, run_timeout=30)
+    assert result["run_result"]["status"] == "TimeLimitExceeded", result
+    assert "max_lifetime_s" in result["message"]
     assert time.monotonic() - started < scaled(10)
     time.sleep(2)
     assert requests.get(f"{url}/v1/sessions/{session}", timeout=TIMEOUT).status_code == 404
