@@ -4,14 +4,29 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 
 LANGUAGE_FIELD = ("A language id (runtimes/*.toml: python, cpp, java, typescript, R, ...) or an "
                   "alias (py, js, ts, c++, sh).")
 
 
-class AssetRef(BaseModel):
+NUMBERS = frozenset({int, float, int | None, float | None})
+
+
+class RequestBody(BaseModel):
+    """A request body's fields: `true` and `false` are no numbers (pydantic's lax mode would
+    read `"run_timeout": true` as 1 s, silently)."""
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans_for_numbers(cls, value, info: ValidationInfo):
+        if isinstance(value, bool) and cls.model_fields[info.field_name].annotation in NUMBERS:
+            raise ValueError(f"a number is needed here, not {str(value).lower()}")
+        return value
+
+
+class AssetRef(RequestBody):
     """A file's content by reference instead of base64: an asset stored with PUT /v1/assets
     (or in the server's asset folder) by its SHA-256, or a file of the asset folder by name."""
 
@@ -33,7 +48,7 @@ FILES_FIELD = ("Path -> content, placed before compiling: base64 text, null (ski
                "(PUT /v1/assets). A relative path is in the work directory.")
 
 
-class RunCodeRequest(BaseModel):
+class RunCodeRequest(RequestBody):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
@@ -127,7 +142,7 @@ class AssetListing(BaseModel):
 
 # --- POST /v1/evaluate: one program against many test cases -------------------------------
 
-class TestCaseIn(BaseModel):
+class TestCaseIn(RequestBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     stdin: str = Field("", description="Fed to the program (for `fn_name` tests: one JSON "
@@ -147,7 +162,7 @@ JUDGE_COMPILE_TIMEOUT = ("Wall-clock limit of its compile, seconds; default: the
 JUDGE_COMPILE_TIMEOUT_FLOOR_S = 30.0
 
 
-class CheckerIn(BaseModel):
+class CheckerIn(RequestBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: str = Field(description="Any served language.")
@@ -162,7 +177,7 @@ class CheckerIn(BaseModel):
     compile_timeout: float | None = Field(None, description=JUDGE_COMPILE_TIMEOUT)
 
 
-class InteractorIn(BaseModel):
+class InteractorIn(RequestBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: str = Field(description="Any served language (compiled once per request).")
@@ -183,7 +198,7 @@ class InteractorIn(BaseModel):
 CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]
 
 
-class EvaluateRequest(BaseModel):
+class EvaluateRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     code: str = Field(description="The program text.")

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .schemas import CommandRunResult, FileContent
+from .schemas import CommandRunResult, FileContent, RequestBody
 
 
-class SessionCreateRequest(BaseModel):
+class SessionCreateRequest(RequestBody):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     language: str = Field(description="python and bash keep an interpreter (state between calls); "
@@ -66,7 +66,7 @@ class SessionList(BaseModel):
     limit: int
 
 
-class RunJupyterRequest(BaseModel):
+class RunJupyterRequest(RequestBody):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
 
     cells: list[str] = Field(description="Python cells, run in order in one fresh interpreter.")

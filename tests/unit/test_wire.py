@@ -98,6 +98,25 @@ def test_nan_and_infinity_are_refused_by_name(client, path, raw, fragment):
     assert fragment in response.json()["detail"]
 
 
+@pytest.mark.parametrize("path, body, fragment", [
+    ("/run_code", {"language": "python", "code": "x", "run_timeout": True},
+     "run_timeout: Value error, a number is needed here, not true"),
+    ("/run_code", {"language": "python", "code": "x", "memory_limit_MB": False},
+     "memory_limit_MB: Value error, a number is needed here, not false"),
+    ("/v1/evaluate", {"language": "python", "code": "x", "tests": [{"stdin": ""}], "total_timeout": True},
+     "total_timeout: Value error, a number is needed here, not true"),
+    ("/v1/sessions", {"language": "python", "idle_timeout_s": True},
+     "idle_timeout_s: Value error, a number is needed here, not true"),
+    ("/run_jupyter", {"cells": ["1"], "total_timeout": True},
+     "total_timeout: Value error, a number is needed here, not true"),
+])
+def test_a_boolean_is_not_taken_for_a_number(client, path, body, fragment):
+    """pydantic's lax mode reads `true` as 1: a `"run_timeout": true` would have run for 1 s."""
+    response = client.post(path, json=body)
+    assert response.status_code == 422, response.text[:300]
+    assert fragment in response.json()["detail"]
+
+
 def test_schema_errors_are_readable(client):
     response = client.post("/run_code", json={"language": "python"})
     assert response.status_code == 422
