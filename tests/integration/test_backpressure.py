@@ -97,14 +97,15 @@ def test_a_queued_request_whose_client_left_does_not_run(docker_ready, tmp_path)
         assert value(samples, "sandbox_requests_total", language="python", status="Success") == 2, samples
 
 
-@pytest.mark.parametrize("path, body", [
-    ("/run_code", {"language": "python", "code": "while True:\n    pass", "run_timeout": 40}),
-    ("/run_code", {"language": "bash", "code": "while :; do :; done", "run_timeout": 40}),
-    ("/v1/evaluate", {"language": "python", "code": "import time\ntime.sleep(1)\nprint(input())",
-                      "run_timeout": 5,
-                      "tests": [{"stdin": "1", "expected_output": "1"}] * 30}),
-], ids=["python-warm", "bash-cold", "evaluate"])
-def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, path, body):
+@pytest.mark.parametrize("backend, path, body", [
+    ("oci", "/run_code", {"language": "python", "code": "while True:\n    pass", "run_timeout": 40}),
+    ("oci", "/run_code", {"language": "bash", "code": "while :; do :; done", "run_timeout": 40}),
+    ("oci", "/v1/evaluate", {"language": "python", "code": "import time\ntime.sleep(1)\nprint(input())",
+                             "run_timeout": 5,
+                             "tests": [{"stdin": "1", "expected_output": "1"}] * 30}),
+    ("docker", "/run_code", {"language": "python", "code": "while True:\n    pass", "run_timeout": 40}),
+], ids=["python-warm", "bash-cold", "evaluate", "docker-backend"])
+def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, backend, path, body):
     """A client that gives up while its program runs (verl's timeout on a loop; an evaluation
     stopped with ^C) stops the program within seconds, through the same kill as a deadline
     (a warm fork's and a container's: the server checks nothing is left behind), or, for an
@@ -115,8 +116,9 @@ def test_a_running_request_whose_client_left_is_stopped(docker_ready, tmp_path, 
 
     from .test_observability import scrape, value
 
-    require_oci()
-    with running_server(tmp_path, backend="oci", max_concurrency=1,
+    if backend == "oci":
+        require_oci()
+    with running_server(tmp_path, backend=backend, max_concurrency=1,
                         queue_timeout_s=scaled(60)) as url:
         address = urlsplit(url)
         with socket.create_connection((address.hostname, address.port)) as sock:

@@ -13,6 +13,7 @@ import logging
 import select
 import socket
 import struct
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,7 @@ T = TypeVar("T")
 LABEL_MANAGED = "llm-sandbox.managed"
 LABEL_INSTANCE = "llm-sandbox.instance"
 FILE_TRANSFER_TIMEOUT_S = 60.0
+STOP_CHECK_S = 0.25  # how soon a step's thread sees stop_step (its client gone)
 _DAEMON_ERRORS = (docker.errors.DockerException, requests.exceptions.RequestException, OSError)
 
 
@@ -77,6 +79,7 @@ class DockerSandbox:
         self.id = container_id
         self._limits = limits
         self._facts_at_stop: MemoryFacts | None = None  # read before a stop kills the cgroup
+        self._stop = threading.Event()  # the running step is to end now, as at its deadline
 
     @property
     def _api(self) -> docker.APIClient:
@@ -118,10 +121,12 @@ class DockerSandbox:
         return tarball.unpack_outputs(result.stdout, exclude)
 
     def stop_step(self) -> None:
-        pass  # a step is the Docker SDK's blocking call in a thread: it ends at its deadline
+        # The step's thread sees it within STOP_CHECK_S and stops it as at its deadline.
+        self._stop.set()
 
     async def execute(self, argv: Sequence[str], stdin: bytes, timeout_s: float,
                       output_limit: int) -> StepResult:
+        self._stop.clear()  # here, on the event loop as stop_step, not in the step's thread
         return await self._backend.call(self._execute, list(argv), stdin, timeout_s, output_limit)
 
     async def memory_facts(self) -> MemoryFacts:
@@ -144,7 +149,7 @@ class DockerSandbox:
         stdout, stderr = CappedBuffer(output_limit), CappedBuffer(output_limit)
         timed_out = flooded = False
         try:
-            timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr, early)
+            timed_out, flooded = _pump(sock, stdin, deadline, stdout, stderr, early, self._stop)
         finally:
             _close_quietly(sock, stream)
         exit_code = None
@@ -194,7 +199,7 @@ class DockerSandbox:
             info = self._api.exec_inspect(exec_id)
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return exit_code_from_docker(info["ExitCode"]), False
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or self._stop.is_set():
                 return None, True
             time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
             pause = min(pause * 2, 0.05)
@@ -323,10 +328,12 @@ def take_buffered_output(stream: object) -> bytes:
         return b""
 
 
-def _pump(sock: socket.socket, stdin: bytes, deadline: float,
-          stdout: CappedBuffer, stderr: CappedBuffer, early: bytes = b"") -> tuple[bool, bool]:
+def _pump(sock: socket.socket, stdin: bytes, deadline: float, stdout: CappedBuffer,
+          stderr: CappedBuffer, early: bytes = b"",
+          stop: threading.Event | None = None) -> tuple[bool, bool]:
     """Feed stdin and drain output (after `early`, what came before) from a non-blocking
-    socket until EOF, the deadline, or a cap. Returns (timed_out, flooded)."""
+    socket until EOF, the deadline (or ``stop``, seen within STOP_CHECK_S), or a cap.
+    Returns (timed_out, flooded)."""
     demux = FrameDemuxer()
 
     def keep(data: bytes) -> bool:
@@ -343,9 +350,10 @@ def _pump(sock: socket.socket, stdin: bytes, deadline: float,
         writing = False
     while True:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or stop is not None and stop.is_set():
             return True, False
-        readable, writable, _ = select.select([sock], [sock] if writing else [], [], remaining)
+        readable, writable, _ = select.select([sock], [sock] if writing else [], [],
+                                              min(remaining, STOP_CHECK_S))
         if writable:
             try:
                 sent = sock.send(pending[:1 << 16])
