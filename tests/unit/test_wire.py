@@ -1,6 +1,7 @@
 """Request validation and the SandboxFusion status rules; nothing here reaches a container."""
 
 import base64
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -56,14 +57,15 @@ def test_requests_that_cannot_run_get_a_422_that_says_why(client, body, fragment
     assert fragment in response.json()["detail"]
 
 
-@pytest.mark.parametrize("raw, fragment", [
-    (b"{not json", "body is not valid JSON (at character 1: Expecting property name"),
-    (b'{"code": "x", "language": "python",}', "body is not valid JSON (at character 35:"),
+@pytest.mark.parametrize("raw, pattern", [
+    (b"{not json", r"body is not valid JSON \(at character 1: Expecting property name"),
+    # Python 3.13's json blames the comma (34: "Illegal trailing comma"), 3.11's the brace.
+    (b'{"code": "x", "language": "python",}', r"body is not valid JSON \(at character 3[45]: \w"),
 ])
-def test_malformed_json_gets_a_422_that_says_so(client, raw, fragment):
+def test_malformed_json_gets_a_422_that_says_so(client, raw, pattern):
     response = client.post("/run_code", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422
-    assert fragment in response.json()["detail"]
+    assert re.search(pattern, response.json()["detail"]), response.json()["detail"]
 
 
 @pytest.mark.parametrize("path", ["/run_code", "/v1/evaluate", "/v1/sessions", "/run_jupyter"])
