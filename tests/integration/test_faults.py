@@ -382,3 +382,55 @@ def test_requests_cancelled_at_random_moments_leave_nothing_running(docker_ready
         answer = client.post("/run_code", json={"language": "python", "code": "print(2)"}).json()
         assert answer["run_result"]["stdout"] == "2\n"
     assert_nothing_left(instance)
+
+
+def test_session_calls_cancelled_at_random_moments_leave_the_session_working(docker_ready, tmp_path):
+    """A session call cancelled in the server (Ray Serve, when its client leaves) at any moment
+    finishes as if its client had gone: the cell is stopped as at its deadline and the
+    session's interpreter is left ready, its state kept, for the next call."""
+    import asyncio
+    import random
+
+    from fastapi.testclient import TestClient
+
+    from sandbox.api import create_app
+    from sandbox.api.schemas import RunCodeRequest
+    from sandbox.api.translate import build_job
+    from sandbox.config import Settings
+
+    from ..conftest import assert_nothing_left, require_oci
+
+    require_oci()
+    instance = f"pytest-cancel-{uuid.uuid4().hex[:6]}"
+    settings = Settings(backend="oci", instance=instance, assets_dir=tmp_path / "assets")
+    app = create_app(settings)
+
+    async def drill(session_id: str) -> None:
+        services = app.state.services
+        session = services.sessions.get(session_id)
+        rng = random.Random(11)
+        for number in range(30):
+            code = "while True:\n    pass" if number % 2 else "n += 1"
+            job = build_job(RunCodeRequest(language="python", code=code, run_timeout=20),
+                            services.registry, settings, services.assets)
+            call = asyncio.ensure_future(session.run(services.engine, job))
+            await asyncio.sleep(rng.uniform(0, 0.3))
+            call.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await call
+
+    with TestClient(app) as client:
+        made = client.post("/v1/sessions", json={"language": "python"})
+        assert made.status_code == 201, made.text
+        session_id = made.json()["session_id"]
+        first = client.post("/run_code", json={"language": "python", "code": "n = 0",
+                                               "session_id": session_id}).json()
+        assert first["status"] == "Success", first
+        client.portal.call(drill, session_id)
+        started = time.monotonic()
+        last = client.post("/run_code", json={"language": "python", "session_id": session_id,
+                                              "code": "print(isinstance(n, int), n <= 15)"}).json()
+        assert last["status"] == "Success" and last["run_result"]["stdout"] == "True True\n", last
+        assert not last["session_restarted"]
+        assert time.monotonic() - started < scaled(15), "the session was still busy with cancelled calls"
+    assert_nothing_left(instance)
