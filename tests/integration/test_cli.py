@@ -220,9 +220,12 @@ def test_run_interrupted_by_ctrl_c_exits_130_and_leaves_no_sandbox(docker_ready,
     loop.write_text("print('started', flush=True)\nwhile True: pass")
     clean = {k: v for k, v in os.environ.items()
              if not k.startswith("SANDBOX_") or k.startswith("SANDBOX_TESTS_")}
+    # SIGINT at its default, as at a terminal, also when this test was started with it
+    # ignored (`cmd &` in a script): a process that inherits it ignored never sees a ^C.
     proc = subprocess.Popen([sys.executable, "-m", "sandbox", "run", str(loop), "--timeout", "60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO_ROOT,
-                            env={**clean, "SANDBOX_INSTANCE": instance})
+                            env={**clean, "SANDBOX_INSTANCE": instance},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         time.sleep(scaled(3))  # the program is running in its sandbox (its output comes at the end)
         proc.send_signal(signal.SIGINT)

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -31,7 +32,11 @@ class Agent:
         self.proc = subprocess.Popen(
             [sys.executable, "-S", str(folder / "sandbox-agent.py"), str(folder)],
             # fd 4 as in the container: dup2 leaves it open across exec, nothing else is.
-            close_fds=False, preexec_fn=lambda: (os.dup2(fd, 4), os.set_inheritable(4, True)),
+            # SIGINT at its default, as in the container, also when this test was started
+            # with it ignored (`cmd &` in a script): bash cannot trap a signal it started
+            # ignoring, and the interrupt tests send it.
+            close_fds=False, preexec_fn=lambda: (os.dup2(fd, 4), os.set_inheritable(4, True),
+                                                 signal.signal(signal.SIGINT, signal.SIG_DFL)),
             env={**os.environ, "SANDBOX_AGENT_HOME": str(home)}, stderr=subprocess.PIPE)
         theirs.close()
         ours.settimeout(20)
