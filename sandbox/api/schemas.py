@@ -15,8 +15,11 @@ NUMBERS = frozenset({int, float, int | None, float | None})
 
 
 class RequestBody(BaseModel):
-    """A request body's fields: `true` and `false` are no numbers (pydantic's lax mode would
-    read `"run_timeout": true` as 1 s, silently)."""
+    """A request body's fields: a number is finite (Python's json writes NaN and Infinity),
+    and `true` and `false` are no numbers (pydantic's lax mode would read `"run_timeout":
+    true` as 1 s, silently)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)  # merged into each body's own config
 
     @field_validator("*", mode="before")
     @classmethod
@@ -30,7 +33,7 @@ class AssetRef(RequestBody):
     """A file's content by reference instead of base64: an asset stored with PUT /v1/assets
     (or in the server's asset folder) by its SHA-256, or a file of the asset folder by name."""
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     sha256: str | None = Field(
         None, description="SHA-256 (64 hex digits) of an asset PUT to /v1/assets or in the "
@@ -49,7 +52,7 @@ FILES_FIELD = ("Path -> content, placed before compiling: base64 text, null (ski
 
 
 class RunCodeRequest(RequestBody):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore")
 
     code: str = Field(description="The program text.", examples=['print(input()[::-1])'])
     language: str = Field(description=LANGUAGE_FIELD, examples=["python"])
@@ -143,7 +146,7 @@ class AssetListing(BaseModel):
 # --- POST /v1/evaluate: one program against many test cases -------------------------------
 
 class TestCaseIn(RequestBody):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     stdin: str = Field("", description="Fed to the program (for `fn_name` tests: one JSON "
                                        "argument per line, as verl sends them).")
@@ -163,7 +166,7 @@ JUDGE_COMPILE_TIMEOUT_FLOOR_S = 30.0
 
 
 class CheckerIn(RequestBody):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     language: str = Field(description="Any served language.")
     code: str = Field(description="Gets three paths: input, program output, expected output "
@@ -178,7 +181,7 @@ class CheckerIn(RequestBody):
 
 
 class InteractorIn(RequestBody):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     language: str = Field(description="Any served language (compiled once per request).")
     code: str = Field(description="Talks with the program through its stdin and stdout; gets the "
@@ -199,7 +202,7 @@ CompareName = Literal["exact", "tokens", "float", "sandboxfusion"]
 
 
 class EvaluateRequest(RequestBody):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     code: str = Field(description="The program text.")
     language: str = Field(description=LANGUAGE_FIELD)

@@ -10,7 +10,7 @@ from .schemas import CommandRunResult, FileContent, RequestBody
 
 
 class SessionCreateRequest(RequestBody):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid")
 
     language: str = Field(description="python and bash keep an interpreter (state between calls); "
                                       "other languages keep the work directory.",
@@ -67,7 +67,7 @@ class SessionList(BaseModel):
 
 
 class RunJupyterRequest(RequestBody):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)
+    model_config = ConfigDict(extra="ignore")
 
     cells: list[str] = Field(description="Python cells, run in order in one fresh interpreter.")
     cell_timeout: float = Field(0, ge=0, description="Seconds per cell; 0: only total_timeout.")
